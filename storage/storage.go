@@ -1,0 +1,117 @@
+// Package storage defines the Store interface that checkpoints are written
+// through, its sentinel errors and the types shared by every backend.
+//
+// Backends live in subpackages (storage/s3 on minio-go, storage/fs for a
+// directory or PVC, storage/mem for tests); storage/storagetest is the
+// conformance suite every backend passes. Callers classify errors with
+// errors.Is against the sentinels here and never import a backend's client
+// library to do so.
+package storage
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// Sentinel errors. Backends wrap them (fmt.Errorf("...: %w", ErrNotExist)) so
+// the message names the operation and the key.
+var (
+	// ErrNotExist: the key is not in the store.
+	ErrNotExist = errors.New("object does not exist")
+	// ErrExists: a create-only Put found the key already there.
+	ErrExists = errors.New("object already exists")
+	// ErrChecksum: the bytes stored or read do not match their checksum.
+	ErrChecksum = errors.New("checksum mismatch")
+	// ErrInvalidKey: the key is empty, absolute, or has "." or ".." segments.
+	ErrInvalidKey = errors.New("invalid key")
+)
+
+// ObjectInfo describes one stored object.
+type ObjectInfo struct {
+	Key     string    // full key, relative to the store's prefix
+	Size    int64     // bytes
+	ModTime time.Time // when the object was last written, as the backend reports it
+	// SHA256 is the lower-case hex SHA-256 of the object's bytes when the
+	// backend knows it (always after a Put; on Stat and List only where the
+	// backend keeps it). Empty when unknown.
+	SHA256 string
+}
+
+// PutOptions change how Put writes.
+type PutOptions struct {
+	// IfNotExists makes Put create-only: if the key already exists, Put
+	// fails with ErrExists and leaves the existing object untouched. It is
+	// how commit records are written (S3 If-None-Match: *).
+	IfNotExists bool
+	// SHA256 is the lower-case hex SHA-256 of the bytes, when the caller has
+	// already computed it (content-addressed chunks). The backend then does
+	// not hash again; it sends it to be verified by the server where the
+	// protocol allows, and fails with ErrChecksum on a mismatch.
+	SHA256 string
+}
+
+// Store is a flat key/value object store. Keys are slash-separated relative
+// paths ("chunks/ab/abcdef", "manifests/000100-0.json"); implementations
+// reject other keys with ErrInvalidKey. Every method is safe for concurrent
+// use, honours ctx, and returns errors that name the operation and the key.
+type Store interface {
+	// Put stores the bytes read from r under key. size is the exact length,
+	// or -1 when unknown. The object appears whole or not at all: a reader
+	// never sees a partial object under key, and a failed Put leaves no
+	// partial object (nor an unfinished multipart upload) behind. Put
+	// replaces an existing object unless opts.IfNotExists is set. The
+	// returned ObjectInfo carries Size and SHA256 of what was stored.
+	Put(ctx context.Context, key string, r io.Reader, size int64, opts PutOptions) (ObjectInfo, error)
+
+	// Get returns a reader for length bytes of key starting at offset.
+	// length -1 reads to the end; (0, -1) reads the whole object. A missing
+	// key returns an error wrapping ErrNotExist, before any bytes are read.
+	// The caller closes the reader.
+	Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error)
+
+	// Stat returns the object's info, or an error wrapping ErrNotExist.
+	Stat(ctx context.Context, key string) (ObjectInfo, error)
+
+	// List calls fn for every object whose key starts with prefix, in
+	// lexical key order. An error returned by fn stops the listing and is
+	// returned. Listing an empty or missing prefix is not an error.
+	List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error
+
+	// Delete removes key. Deleting a missing key is not an error
+	// (idempotent).
+	Delete(ctx context.Context, key string) error
+
+	// String describes the store for logs and errors ("s3://bucket/prefix at
+	// http://127.0.0.1:9000"). It never contains credentials.
+	String() string
+}
+
+// permanentError marks an error that retrying cannot fix.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as permanent: access denied, no such bucket, invalid
+// key, checksum mismatch. Retry loops stop at once on such errors. A nil err
+// stays nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err, or anything it wraps, was marked with
+// Permanent, or is one of the sentinels that no retry can change
+// (ErrNotExist, ErrExists, ErrChecksum, ErrInvalidKey).
+func IsPermanent(err error) bool {
+	var p *permanentError
+	if errors.As(err, &p) {
+		return true
+	}
+	return errors.Is(err, ErrNotExist) || errors.Is(err, ErrExists) ||
+		errors.Is(err, ErrChecksum) || errors.Is(err, ErrInvalidKey)
+}
