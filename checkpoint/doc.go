@@ -1,0 +1,14 @@
+// Package checkpoint owns the checkpoint rules: what a snapshot is, its
+// manifest, how one is uploaded and committed, which step is the latest
+// complete one, and how snapshots are restored, verified and pruned.
+//
+// A snapshot is the set of regular files of one checkpoint directory, for one
+// (step, rank). File contents are cut into fixed-size chunks stored once by
+// their SHA-256 under chunks/; a JSON manifest per (step, rank) under
+// snapshots/ lists every file and its chunks and is written last, create-only.
+// A step is complete when the manifests of all ranks 0..n-1 exist. The
+// storage layout and the rules that make concurrent upload and prune safe are
+// in docs/FORMAT.md.
+//
+// The package depends on storage.Store only, never on a backend's client.
+package checkpoint

@@ -1,0 +1,81 @@
+package checkpoint
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Store layout (docs/FORMAT.md):
+//
+//	chunks/<first 2 hex>/<sha256 hex>                       file content, by hash
+//	snapshots/<step, 20 digits>/rank-<r, 5>-of-<n, 5>.json  manifest, written last
+//
+// Zero padding makes lexical List order numeric order: steps ascend, and
+// within a step ranks ascend.
+const (
+	chunksPrefix    = "chunks/"
+	snapshotsPrefix = "snapshots/"
+)
+
+func chunkKey(sum string) string { return chunksPrefix + sum[:2] + "/" + sum }
+
+func stepPrefix(step int64) string { return fmt.Sprintf("%s%020d/", snapshotsPrefix, step) }
+
+func manifestKey(step int64, rank, worldSize int) string {
+	return fmt.Sprintf("%srank-%05d-of-%05d.json", stepPrefix(step), rank, worldSize)
+}
+
+// parseManifestKey is the inverse of manifestKey; ok is false for any other
+// key, which listings skip.
+func parseManifestKey(key string) (step int64, rank, worldSize int, ok bool) {
+	rest, found := strings.CutPrefix(key, snapshotsPrefix)
+	if !found || len(rest) < 21 || rest[20] != '/' {
+		return 0, 0, 0, false
+	}
+	step, err := strconv.ParseInt(rest[:20], 10, 64)
+	if err != nil || step < 0 {
+		return 0, 0, 0, false
+	}
+	name := rest[21:]
+	// rank-RRRRR-of-NNNNN.json
+	if len(name) != len("rank-00000-of-00000.json") || !strings.HasPrefix(name, "rank-") ||
+		name[10:14] != "-of-" || !strings.HasSuffix(name, ".json") {
+		return 0, 0, 0, false
+	}
+	r, err1 := strconv.Atoi(name[5:10])
+	n, err2 := strconv.Atoi(name[14:19])
+	if err1 != nil || err2 != nil || n < 1 || n > MaxWorldSize || r < 0 || r >= n {
+		return 0, 0, 0, false
+	}
+	if manifestKey(step, r, n) != key {
+		return 0, 0, 0, false
+	}
+	return step, r, n, true
+}
+
+// parseChunkKey returns the hash in a chunk key; ok is false for other keys.
+func parseChunkKey(key string) (sum string, ok bool) {
+	rest, found := strings.CutPrefix(key, chunksPrefix)
+	if !found || len(rest) != 3+64 || rest[2] != '/' {
+		return "", false
+	}
+	sum = rest[3:]
+	if !isHexSHA256(sum) || sum[:2] != rest[:2] {
+		return "", false
+	}
+	return sum, true
+}
+
+func isHexSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}

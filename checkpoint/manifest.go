@@ -1,0 +1,217 @@
+package checkpoint
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// FormatVersion is the version of the store layout and manifest encoding
+// this package writes and the only one it reads (docs/FORMAT.md).
+const FormatVersion = 1
+
+// Limits a manifest must respect. They bound what a garbled or hostile
+// manifest can make a reader allocate.
+const (
+	MaxManifestSize = 64 << 20 // encoded bytes
+	MaxFiles        = 1 << 20
+	MaxChunkSize    = 64 << 20 // bytes in one chunk
+	MaxPathLen      = 4096
+	MaxWorldSize    = 65536
+	maxProducerLen  = 256
+)
+
+// ErrCorrupt marks data that cannot be a valid snapshot: a garbled or
+// invalid manifest, a missing chunk, a chunk whose length or hash is wrong.
+// RestoreLatest falls back to an older snapshot on such errors, and only on
+// them.
+var ErrCorrupt = errors.New("checkpoint is corrupt")
+
+// Manifest describes the snapshot of one rank at one step. It is stored as
+// JSON at snapshots/<step>/rank-<r>-of-<n>.json after all its chunks.
+type Manifest struct {
+	Format    int       `json:"format"`     // FormatVersion
+	ID        string    `json:"id"`         // 16 lower-case hex digits, random per upload
+	Step      int64     `json:"step"`       // training step, >= 0
+	Rank      int       `json:"rank"`       // 0 <= Rank < WorldSize
+	WorldSize int       `json:"world_size"` // ranks that make the step complete
+	Created   time.Time `json:"created"`    // when the upload started
+	Producer  string    `json:"producer"`   // "lifeboat <version>"
+	ChunkSize int64     `json:"chunk_size"` // the uploader's chunk size; informative
+	Files     []File    `json:"files"`      // sorted by Path, no duplicates
+}
+
+// File is one regular file of a snapshot.
+type File struct {
+	Path   string  `json:"path"`   // slash-separated, relative to the checkpoint directory
+	Size   int64   `json:"size"`   // bytes; the sum of Chunks' sizes
+	Mode   uint32  `json:"mode"`   // permission bits only (0o777)
+	Chunks []Chunk `json:"chunks"` // the file's bytes, in order
+}
+
+// Chunk is a run of a file's bytes, stored under chunks/ by its hash.
+type Chunk struct {
+	SHA256 string `json:"sha256"` // lower-case hex
+	Size   int64  `json:"size"`   // 1..MaxChunkSize
+}
+
+// Bytes returns the total size of the snapshot's files.
+func (m *Manifest) Bytes() int64 {
+	var n int64
+	for _, f := range m.Files {
+		n += f.Size
+	}
+	return n
+}
+
+// Encode validates m and returns its JSON encoding.
+func (m *Manifest) Encode() ([]byte, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: encode manifest: %w", err)
+	}
+	b = append(b, '\n')
+	if len(b) > MaxManifestSize {
+		return nil, fmt.Errorf("checkpoint: manifest of step %d rank %d is %d bytes, over the %d limit; use a larger chunk size", m.Step, m.Rank, len(b), MaxManifestSize)
+	}
+	return b, nil
+}
+
+// DecodeManifest parses and validates a manifest. It is strict: unknown
+// fields, trailing data, an unknown format version and every rule of
+// Validate are errors wrapping ErrCorrupt.
+func DecodeManifest(data []byte) (*Manifest, error) {
+	if len(data) > MaxManifestSize {
+		return nil, fmt.Errorf("checkpoint: manifest is %d bytes, over the %d limit: %w", len(data), MaxManifestSize, ErrCorrupt)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var m Manifest
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("checkpoint: decode manifest: %v: %w", err, ErrCorrupt)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("checkpoint: decode manifest: data after the manifest object: %w", ErrCorrupt)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// Validate checks every rule of the format; errors wrap ErrCorrupt.
+func (m *Manifest) Validate() error {
+	if err := m.validate(); err != nil {
+		return fmt.Errorf("checkpoint: invalid manifest: %v: %w", err, ErrCorrupt)
+	}
+	return nil
+}
+
+func (m *Manifest) validate() error {
+	if m.Format != FormatVersion {
+		return fmt.Errorf("format version %d, this lifeboat reads %d", m.Format, FormatVersion)
+	}
+	if len(m.ID) != 16 || !isHex(m.ID) {
+		return fmt.Errorf("id %q is not 16 lower-case hex digits", m.ID)
+	}
+	if m.Step < 0 {
+		return fmt.Errorf("step %d is negative", m.Step)
+	}
+	if m.WorldSize < 1 || m.WorldSize > MaxWorldSize {
+		return fmt.Errorf("world size %d outside 1..%d", m.WorldSize, MaxWorldSize)
+	}
+	if m.Rank < 0 || m.Rank >= m.WorldSize {
+		return fmt.Errorf("rank %d outside 0..%d", m.Rank, m.WorldSize-1)
+	}
+	if m.Created.IsZero() {
+		return errors.New("created time is missing")
+	}
+	if len(m.Producer) > maxProducerLen || !utf8.ValidString(m.Producer) {
+		return errors.New("producer is not valid UTF-8 of at most 256 bytes")
+	}
+	if m.ChunkSize < 0 || m.ChunkSize > MaxChunkSize {
+		return fmt.Errorf("chunk size %d outside 0..%d", m.ChunkSize, MaxChunkSize)
+	}
+	if len(m.Files) > MaxFiles {
+		return fmt.Errorf("%d files, over the %d limit", len(m.Files), MaxFiles)
+	}
+	files := make(map[string]bool, len(m.Files))
+	for i, f := range m.Files {
+		if err := CheckPath(f.Path); err != nil {
+			return err
+		}
+		if i > 0 && m.Files[i-1].Path >= f.Path {
+			return fmt.Errorf("file %q: paths are not sorted or are duplicated", f.Path)
+		}
+		files[f.Path] = true
+		if f.Mode&^0o777 != 0 {
+			return fmt.Errorf("file %q: mode %#o has bits other than permissions (only regular files are allowed)", f.Path, f.Mode)
+		}
+		var sum int64
+		for _, c := range f.Chunks {
+			if !isHexSHA256(c.SHA256) {
+				return fmt.Errorf("file %q: chunk hash %q is not 64 lower-case hex digits", f.Path, c.SHA256)
+			}
+			if c.Size < 1 || c.Size > MaxChunkSize {
+				return fmt.Errorf("file %q: chunk size %d outside 1..%d", f.Path, c.Size, MaxChunkSize)
+			}
+			sum += c.Size
+		}
+		if f.Size != sum {
+			return fmt.Errorf("file %q: size %d, chunks add up to %d", f.Path, f.Size, sum)
+		}
+	}
+	// A path cannot be both a file and a directory of another file.
+	for _, f := range m.Files {
+		for dir := path.Dir(f.Path); dir != "."; dir = path.Dir(dir) {
+			if files[dir] {
+				return fmt.Errorf("file %q is inside %q, which is a file", f.Path, dir)
+			}
+		}
+	}
+	return nil
+}
+
+// CheckPath returns an error unless p is a clean, relative, slash-separated
+// path that stays inside the directory it is joined to: no leading "/", no
+// "", "." or ".." segment, no backslash or NUL, valid UTF-8, at most
+// MaxPathLen bytes.
+func CheckPath(p string) error {
+	switch {
+	case p == "":
+		return errors.New("empty file path")
+	case len(p) > MaxPathLen:
+		return fmt.Errorf("file path of %d bytes, over the %d limit", len(p), MaxPathLen)
+	case !utf8.ValidString(p):
+		return fmt.Errorf("file path %q is not valid UTF-8", p)
+	case strings.ContainsAny(p, "\x00\\"):
+		return fmt.Errorf("file path %q contains a NUL or backslash", p)
+	case strings.HasPrefix(p, "/"):
+		return fmt.Errorf("file path %q is absolute", p)
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("file path %q has an empty, \".\" or \"..\" segment", p)
+		}
+	}
+	return nil
+}
+
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}

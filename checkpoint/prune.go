@@ -1,0 +1,186 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/lifeboat-project/lifeboat/storage"
+)
+
+// PruneOptions tune Prune.
+type PruneOptions struct {
+	// Keep is how many of the newest complete, readable steps to keep (at
+	// least 1). Every step newer than the oldest kept one is kept too,
+	// complete or not.
+	Keep int
+	// SafetyWindow: a chunk no remaining manifest references is deleted
+	// only when it is older than this. It must be at least the Uploader's.
+	// Default DefaultSafetyWindow.
+	SafetyWindow time.Duration
+	Clock        Clock   // default time.Now
+	Backoff      Backoff // default DefaultBackoff
+	DryRun       bool    // report what would be deleted, delete nothing
+	Log          *slog.Logger
+}
+
+// PruneResult reports what Prune deleted (or, with DryRun, would delete).
+type PruneResult struct {
+	Kept             []int64 // complete steps kept, newest first
+	DeletedSteps     []int64
+	DeletedManifests int
+	DeletedChunks    int
+	DeletedBytes     int64
+	// YoungUnreferenced counts chunks no manifest references that were kept
+	// because they are inside the safety window (uploads in progress).
+	YoungUnreferenced int
+}
+
+// Prune keeps the opts.Keep newest complete steps and deletes the rest:
+// first the manifests of older steps, then the chunks that no remaining
+// manifest references and that are older than the safety window. Listing
+// the manifests again after deleting, and the window, make it safe to run
+// while uploads are in progress (docs/FORMAT.md). A manifest that cannot be
+// decoded protects no chunk.
+func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResult, error) {
+	if opts.Keep < 1 {
+		return nil, errors.New("checkpoint: prune: keep must be at least 1, or every checkpoint would be deleted")
+	}
+	window := opts.SafetyWindow
+	if window == 0 {
+		window = DefaultSafetyWindow
+	}
+	backoff := orDefaultBackoff(opts.Backoff)
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cutoff := orDefaultClock(opts.Clock)().Add(-window)
+
+	groups, err := listSteps(ctx, s, snapshotsPrefix, backoff)
+	if err != nil {
+		return nil, err
+	}
+	manifests := map[string]*Manifest{} // key -> decoded; nil when invalid
+	read := func(key string) error {
+		if _, ok := manifests[key]; ok {
+			return nil
+		}
+		m, err := readManifest(ctx, s, key, backoff)
+		if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, storage.ErrNotExist) {
+			return err
+		}
+		manifests[key] = m
+		return nil
+	}
+	res := &PruneResult{}
+	var oldestKept int64 = -1
+	for _, g := range slices.Backward(groups) {
+		if len(res.Kept) == opts.Keep {
+			break
+		}
+		good := g.complete()
+		for _, oi := range g.keys {
+			if err := read(oi.Key); err != nil {
+				return nil, err
+			}
+			good = good && manifests[oi.Key] != nil
+		}
+		if good {
+			res.Kept = append(res.Kept, g.step)
+			oldestKept = g.step
+		}
+	}
+	if len(res.Kept) < opts.Keep {
+		log.Info("checkpoint: prune: fewer complete steps than to keep; nothing to delete", "complete", len(res.Kept), "keep", opts.Keep)
+		return res, nil
+	}
+
+	for _, g := range groups {
+		if g.step >= oldestKept {
+			continue
+		}
+		res.DeletedSteps = append(res.DeletedSteps, g.step)
+		// Rank 0 first: the step stops being complete with the first delete.
+		for r := range g.worldSize {
+			oi, ok := g.keys[r]
+			if !ok {
+				continue
+			}
+			if !opts.DryRun {
+				if err := deleteKey(ctx, s, oi.Key, backoff); err != nil {
+					return res, err
+				}
+			}
+			res.DeletedManifests++
+		}
+	}
+	res.DeletedSteps = slices.Compact(res.DeletedSteps)
+
+	// List again: manifests committed since the first listing protect
+	// their chunks too.
+	referenced := map[string]bool{}
+	err = retry(ctx, backoff, func() error {
+		return s.List(ctx, snapshotsPrefix, func(oi storage.ObjectInfo) error {
+			if step, _, _, ok := parseManifestKey(oi.Key); !ok || (opts.DryRun && step < oldestKept) {
+				return nil
+			}
+			if err := read(oi.Key); err != nil {
+				return err
+			}
+			if m := manifests[oi.Key]; m != nil {
+				for _, f := range m.Files {
+					for _, c := range f.Chunks {
+						referenced[c.SHA256] = true
+					}
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return res, fmt.Errorf("checkpoint: prune: list %s in %s: %w", snapshotsPrefix, s, err)
+	}
+
+	var doomed []storage.ObjectInfo
+	err = retry(ctx, backoff, func() error {
+		doomed = doomed[:0]
+		return s.List(ctx, chunksPrefix, func(oi storage.ObjectInfo) error {
+			sum, ok := parseChunkKey(oi.Key)
+			if !ok || referenced[sum] {
+				return nil
+			}
+			if !oi.ModTime.Before(cutoff) {
+				res.YoungUnreferenced++
+				return nil
+			}
+			doomed = append(doomed, oi)
+			return nil
+		})
+	})
+	if err != nil {
+		return res, fmt.Errorf("checkpoint: prune: list %s in %s: %w", chunksPrefix, s, err)
+	}
+	for _, oi := range doomed {
+		if !opts.DryRun {
+			if err := deleteKey(ctx, s, oi.Key, backoff); err != nil {
+				return res, err
+			}
+		}
+		res.DeletedChunks++
+		res.DeletedBytes += oi.Size
+	}
+	log.Info("checkpoint: pruned", "kept", res.Kept, "deleted_steps", len(res.DeletedSteps),
+		"deleted_chunks", res.DeletedChunks, "deleted_bytes", res.DeletedBytes, "dry_run", opts.DryRun)
+	return res, nil
+}
+
+func deleteKey(ctx context.Context, s storage.Store, key string, backoff Backoff) error {
+	if err := retry(ctx, backoff, func() error { return s.Delete(ctx, key) }); err != nil {
+		return fmt.Errorf("checkpoint: prune: delete %s: %w", key, err)
+	}
+	return nil
+}

@@ -1,0 +1,339 @@
+package checkpoint
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"sync"
+
+	"github.com/lifeboat-project/lifeboat/storage"
+)
+
+// RestoreOptions tune Restore and RestoreLatest. Zero fields take defaults.
+type RestoreOptions struct {
+	// WorldSize selects the manifest rank-<r>-of-<WorldSize>; 0 accepts the
+	// only one present at the step (and, for RestoreLatest, any world size).
+	WorldSize int
+	Workers   int     // parallel chunk downloads, default DefaultWorkers
+	Backoff   Backoff // retries of transient store errors, default DefaultBackoff
+	Log       *slog.Logger
+}
+
+// Fallback records a snapshot RestoreLatest could not restore.
+type Fallback struct {
+	Step int64
+	Err  error
+}
+
+// RestoreResult reports a restore.
+type RestoreResult struct {
+	Step     int64
+	Rank     int
+	Manifest *Manifest
+	Files    int
+	Bytes    int64
+	// Fallbacks lists newer complete steps RestoreLatest skipped, and why.
+	Fallbacks []Fallback
+}
+
+// Restore writes the snapshot of (step, rank) into dir.
+//
+// Every chunk is downloaded in parallel, its length and SHA-256 checked,
+// and written into a temporary directory inside dir (so that renames stay on
+// one filesystem even when dir is a mount point). Only when every file is
+// complete and synced are the files renamed into place, one by one; each
+// rename atomically replaces a file of the same path. Files in dir that the
+// snapshot does not contain are never touched. Before anything is renamed,
+// Restore checks that no target path is a directory or lies under a
+// symlink or non-directory, so the move cannot fail half way for those
+// reasons. On any earlier error dir is left exactly as it was and the
+// temporary directory is removed.
+//
+// Data errors (invalid manifest, missing, truncated or corrupt chunk) wrap
+// ErrCorrupt; a missing manifest wraps storage.ErrNotExist.
+func Restore(ctx context.Context, s storage.Store, step int64, rank int, dir string, opts RestoreOptions) (*RestoreResult, error) {
+	backoff := orDefaultBackoff(opts.Backoff)
+	key, err := findManifest(ctx, s, step, rank, opts.WorldSize, backoff)
+	if err != nil {
+		return nil, err
+	}
+	m, err := readManifest(ctx, s, key, backoff)
+	if err != nil {
+		return nil, err
+	}
+	if err := restoreManifest(ctx, s, m, dir, opts, backoff); err != nil {
+		return nil, fmt.Errorf("checkpoint: restore step %d rank %d into %s: %w", step, rank, dir, err)
+	}
+	return &RestoreResult{Step: step, Rank: rank, Manifest: m, Files: len(m.Files), Bytes: m.Bytes()}, nil
+}
+
+// RestoreLatest restores rank's snapshot of the newest complete step into
+// dir. When that fails with a data error (ErrCorrupt, or a manifest that
+// vanished), it falls back to the next older complete step, and so on; the
+// result lists each skipped step and why. Other errors (the store is
+// unreachable after retries, dir is not writable, ctx ended) stop it at once:
+// falling back then would throw away good training progress. With no
+// restorable step it returns an error wrapping ErrNoCheckpoint.
+func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, opts RestoreOptions) (*RestoreResult, error) {
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	steps, err := completeSteps(ctx, s, opts.WorldSize, orDefaultBackoff(opts.Backoff))
+	if err != nil {
+		return nil, err
+	}
+	var fallbacks []Fallback
+	for _, g := range steps {
+		if rank >= g.worldSize {
+			continue
+		}
+		o := opts
+		o.WorldSize = g.worldSize
+		res, err := Restore(ctx, s, g.step, rank, dir, o)
+		if err == nil {
+			res.Fallbacks = fallbacks
+			return res, nil
+		}
+		if !errors.Is(err, ErrCorrupt) && !errors.Is(err, storage.ErrNotExist) {
+			return nil, err
+		}
+		log.Warn("checkpoint: snapshot cannot be restored, falling back to an older one", "step", g.step, "rank", rank, "err", err)
+		fallbacks = append(fallbacks, Fallback{Step: g.step, Err: err})
+	}
+	err = fmt.Errorf("checkpoint: restore rank %d from %s: %w", rank, s, ErrNoCheckpoint)
+	if len(fallbacks) > 0 {
+		errs := []error{err}
+		for _, f := range fallbacks {
+			errs = append(errs, f.Err)
+		}
+		err = errors.Join(errs...)
+	}
+	return &RestoreResult{Rank: rank, Fallbacks: fallbacks}, err
+}
+
+// findManifest returns the key of rank's manifest at step.
+func findManifest(ctx context.Context, s storage.Store, step int64, rank, worldSize int, backoff Backoff) (string, error) {
+	if worldSize > 0 {
+		return manifestKey(step, rank, worldSize), nil
+	}
+	groups, err := listSteps(ctx, s, fmt.Sprintf("%srank-%05d-of-", stepPrefix(step), rank), backoff)
+	if err != nil {
+		return "", err
+	}
+	switch len(groups) {
+	case 0:
+		return "", fmt.Errorf("checkpoint: no manifest for step %d rank %d in %s: %w", step, rank, s, storage.ErrNotExist)
+	case 1:
+		return groups[0].keys[rank].Key, nil
+	}
+	return "", fmt.Errorf("checkpoint: step %d rank %d has manifests for several world sizes in %s; name the world size", step, rank, s)
+}
+
+type restoreJob struct {
+	file   *os.File
+	path   string
+	offset int64
+	chunk  Chunk
+}
+
+func restoreManifest(ctx context.Context, s storage.Store, m *Manifest, dir string, opts RestoreOptions, backoff Backoff) (err error) {
+	for _, f := range m.Files {
+		if err := CheckPath(f.Path); err != nil { // Validate did; belt and braces
+			return fmt.Errorf("%v: %w", err, ErrCorrupt)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := checkTargets(dir, m.Files); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(dir, tempPrefix+"*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	files := make([]*os.File, len(m.Files))
+	defer func() {
+		for _, f := range files {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	for i, mf := range m.Files {
+		p := filepath.Join(tmp, filepath.FromSlash(mf.Path))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return err
+		}
+		files[i] = f
+		if err := f.Truncate(mf.Size); err != nil {
+			return err
+		}
+	}
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	jobs := make(chan restoreJob)
+	var wg sync.WaitGroup
+	for range cmpOrInt(opts.Workers, DefaultWorkers) {
+		wg.Go(func() {
+			var buf []byte
+			for job := range jobs {
+				if ctx.Err() != nil {
+					continue
+				}
+				if int64(cap(buf)) < job.chunk.Size {
+					buf = make([]byte, job.chunk.Size)
+				}
+				b := buf[:job.chunk.Size]
+				if err := fetchChunk(ctx, s, job.chunk, b, backoff); err != nil {
+					cancel(fmt.Errorf("file %s at offset %d: %w", job.path, job.offset, err))
+					continue
+				}
+				if _, err := job.file.WriteAt(b, job.offset); err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
+send:
+	for i, mf := range m.Files {
+		var off int64
+		for _, c := range mf.Chunks {
+			select {
+			case jobs <- restoreJob{file: files[i], path: mf.Path, offset: off, chunk: c}:
+			case <-ctx.Done():
+				break send
+			}
+			off += c.Size
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+
+	for i, mf := range m.Files {
+		f := files[i]
+		files[i] = nil
+		if err := f.Chmod(fs.FileMode(mf.Mode)); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	// The restored copy is complete: move it into place.
+	for _, mf := range m.Files {
+		rel := filepath.FromSlash(mf.Path)
+		target := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return err
+		}
+		if err := os.Rename(filepath.Join(tmp, rel), target); err != nil {
+			return fmt.Errorf("move restored files into place (some are moved, the rest are in %s): %w", tmp, err)
+		}
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// checkTargets fails if a file cannot be moved to its place in dir without
+// deleting user data or leaving dir: the target is a directory, or one of
+// its parents is a symlink or not a directory.
+func checkTargets(dir string, files []File) error {
+	checked := make(map[string]bool)
+	for _, f := range files {
+		target := filepath.Join(dir, filepath.FromSlash(f.Path))
+		if fi, err := os.Lstat(target); err == nil && fi.IsDir() {
+			return fmt.Errorf("%s is a directory in the way of the restored file %s; move it away", target, f.Path)
+		}
+		for p := path.Dir(f.Path); p != "." && !checked[p]; p = path.Dir(p) {
+			checked[p] = true
+			fi, err := os.Lstat(filepath.Join(dir, filepath.FromSlash(p)))
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if !fi.IsDir() {
+				return fmt.Errorf("%s is a symlink or file where the restored file %s needs a directory; move it away", filepath.Join(dir, p), f.Path)
+			}
+		}
+	}
+	return nil
+}
+
+// fetchChunk reads chunk c into buf (len(buf) == c.Size) and checks its
+// length and hash. A missing object, a wrong length or hash wrap ErrCorrupt;
+// errors while reading are transient and retried.
+func fetchChunk(ctx context.Context, s storage.Store, c Chunk, buf []byte, backoff Backoff) error {
+	key := chunkKey(c.SHA256)
+	var n int
+	err := retry(ctx, backoff, func() error {
+		rc, err := s.Get(ctx, key, 0, -1)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		n, err = io.ReadFull(rc, buf)
+		if err == io.ErrUnexpectedEOF || err == io.EOF {
+			return nil // the object is short: corrupt, not transient
+		}
+		if err != nil {
+			return err
+		}
+		// The object must end here.
+		var one [1]byte
+		if k, _ := io.ReadFull(rc, one[:]); k > 0 {
+			n++
+		}
+		return nil
+	})
+	if errors.Is(err, storage.ErrNotExist) {
+		return fmt.Errorf("chunk %s is missing: %w: %w", key, err, ErrCorrupt)
+	}
+	if err != nil {
+		return fmt.Errorf("download %s: %w", key, err)
+	}
+	if int64(n) != c.Size {
+		return fmt.Errorf("chunk %s has the wrong length (want %d bytes, got %d): %w", key, c.Size, n, ErrCorrupt)
+	}
+	h := sha256.Sum256(buf)
+	if got := hex.EncodeToString(h[:]); got != c.SHA256 {
+		return fmt.Errorf("chunk %s has sha256 %s: %w", key, got, ErrCorrupt)
+	}
+	return nil
+}
+
+func cmpOrInt(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,174 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/lifeboat-project/lifeboat/storage"
+)
+
+// ErrNoCheckpoint: the store holds no complete checkpoint (that could be
+// restored). A trainer then starts from scratch.
+var ErrNoCheckpoint = errors.New("no complete checkpoint")
+
+// RankInfo describes one rank's manifest of a step.
+type RankInfo struct {
+	Rank    int
+	Key     string
+	ID      string    // the manifest's id; empty when Err is set
+	Created time.Time // from the manifest; the object's ModTime when Err is set
+	Bytes   int64
+	Files   int
+	Err     error // the manifest could not be read or is invalid
+}
+
+// Snapshot describes one step of a job of WorldSize ranks.
+type Snapshot struct {
+	Step      int64
+	WorldSize int
+	Ranks     []RankInfo // the manifests present, by rank
+	// Complete is true when every rank 0..WorldSize-1 has a manifest that
+	// decodes. (Latest only checks that the manifests exist.)
+	Complete bool
+	Created  time.Time // newest Created of the ranks
+	Bytes    int64     // file bytes of all ranks
+}
+
+// stepGroup is the manifest keys of one step for one world size.
+type stepGroup struct {
+	step      int64
+	worldSize int
+	keys      map[int]storage.ObjectInfo // by rank
+}
+
+func (g *stepGroup) complete() bool { return len(g.keys) == g.worldSize }
+
+// listSteps groups the manifest keys by (step, world size), in ascending
+// step order. Keys that are not manifest keys are ignored.
+func listSteps(ctx context.Context, s storage.Store, prefix string, backoff Backoff) ([]*stepGroup, error) {
+	var groups []*stepGroup
+	err := retry(ctx, backoff, func() error {
+		groups = nil
+		byKey := make(map[[2]int64]*stepGroup)
+		return s.List(ctx, prefix, func(oi storage.ObjectInfo) error {
+			step, rank, n, ok := parseManifestKey(oi.Key)
+			if !ok {
+				return nil
+			}
+			g := byKey[[2]int64{step, int64(n)}]
+			if g == nil {
+				g = &stepGroup{step: step, worldSize: n, keys: make(map[int]storage.ObjectInfo)}
+				byKey[[2]int64{step, int64(n)}] = g
+				groups = append(groups, g)
+			}
+			g.keys[rank] = oi
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: list %s in %s: %w", prefix, s, err)
+	}
+	return groups, nil
+}
+
+// completeSteps returns the steps whose ranks all have a manifest, newest
+// first. worldSize 0 accepts any world size.
+func completeSteps(ctx context.Context, s storage.Store, worldSize int, backoff Backoff) ([]*stepGroup, error) {
+	groups, err := listSteps(ctx, s, snapshotsPrefix, backoff)
+	if err != nil {
+		return nil, err
+	}
+	var out []*stepGroup
+	for _, g := range slices.Backward(groups) {
+		if g.complete() && (worldSize == 0 || g.worldSize == worldSize) {
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}
+
+// Latest returns the newest step for which every rank 0..worldSize-1 has a
+// manifest (worldSize 0: any world size), or an error wrapping
+// ErrNoCheckpoint. It reads keys only; Restore checks the contents.
+func Latest(ctx context.Context, s storage.Store, worldSize int) (int64, error) {
+	steps, err := completeSteps(ctx, s, worldSize, DefaultBackoff())
+	if err != nil {
+		return 0, err
+	}
+	if len(steps) == 0 {
+		return 0, fmt.Errorf("checkpoint: latest in %s for world size %d: %w", s, worldSize, ErrNoCheckpoint)
+	}
+	return steps[0].step, nil
+}
+
+// List describes every step in the store, oldest first, reading each
+// manifest (for lifeboat ls). A manifest that cannot be decoded is reported
+// in its RankInfo.Err, not as List's error.
+func List(ctx context.Context, s storage.Store) ([]Snapshot, error) {
+	backoff := DefaultBackoff()
+	groups, err := listSteps(ctx, s, snapshotsPrefix, backoff)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Snapshot, 0, len(groups))
+	for _, g := range groups {
+		snap := Snapshot{Step: g.step, WorldSize: g.worldSize}
+		valid := 0
+		for r := range g.worldSize {
+			oi, ok := g.keys[r]
+			if !ok {
+				continue
+			}
+			ri := RankInfo{Rank: r, Key: oi.Key, Created: oi.ModTime}
+			m, err := readManifest(ctx, s, oi.Key, backoff)
+			switch {
+			case errors.Is(err, ErrCorrupt) || errors.Is(err, storage.ErrNotExist):
+				ri.Err = err
+			case err != nil:
+				return nil, err
+			default:
+				valid++
+				ri.ID, ri.Created, ri.Bytes, ri.Files = m.ID, m.Created, m.Bytes(), len(m.Files)
+			}
+			snap.Ranks = append(snap.Ranks, ri)
+			snap.Bytes += ri.Bytes
+			if ri.Created.After(snap.Created) {
+				snap.Created = ri.Created
+			}
+		}
+		snap.Complete = valid == g.worldSize
+		out = append(out, snap)
+	}
+	return out, nil
+}
+
+// readManifest gets, decodes and validates the manifest at key, and checks
+// that it names the step, rank and world size its key does. Invalid data
+// wraps ErrCorrupt; a missing key wraps storage.ErrNotExist.
+func readManifest(ctx context.Context, s storage.Store, key string, backoff Backoff) (*Manifest, error) {
+	var data []byte
+	err := retry(ctx, backoff, func() error {
+		rc, err := s.Get(ctx, key, 0, -1)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		data, err = io.ReadAll(io.LimitReader(rc, MaxManifestSize+1))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: read manifest %s: %w", key, err)
+	}
+	m, err := DecodeManifest(data)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: read manifest %s: %w", key, err)
+	}
+	if step, rank, n, ok := parseManifestKey(key); !ok || m.Step != step || m.Rank != rank || m.WorldSize != n {
+		return nil, fmt.Errorf("checkpoint: read manifest %s: it says step %d rank %d of %d: %w", key, m.Step, m.Rank, m.WorldSize, ErrCorrupt)
+	}
+	return m, nil
+}

@@ -1,0 +1,409 @@
+package checkpoint
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lifeboat-project/lifeboat/storage"
+)
+
+// Defaults for Uploader, Restore and Prune.
+const (
+	DefaultChunkSize = 8 << 20
+	DefaultWorkers   = 4
+	// DefaultSafetyWindow is how old an unreferenced chunk must be before
+	// Prune deletes it. An upload may take at most a quarter of it, and
+	// reuses stored chunks only while they are younger than three quarters
+	// of it (docs/FORMAT.md, "Prune and concurrent uploads").
+	DefaultSafetyWindow = 6 * time.Hour
+)
+
+// tempPrefix starts the names Restore gives its temporary directories;
+// Upload skips entries with this prefix.
+const tempPrefix = ".lifeboat-restore-"
+
+// Uploader uploads the files of a checkpoint directory as one snapshot. Zero
+// fields take the defaults; an Uploader is safe for concurrent Uploads.
+type Uploader struct {
+	Store     storage.Store
+	ChunkSize int // bytes per chunk, default DefaultChunkSize
+	Workers   int // parallel hash-and-Put workers, default DefaultWorkers
+	// Buffers bounds the chunks in memory at once (read, hashed or being
+	// Put), default 2*Workers; memory use is about Buffers*ChunkSize.
+	Buffers int
+	// SafetyWindow must not exceed the window Prune runs with. Default
+	// DefaultSafetyWindow.
+	SafetyWindow time.Duration
+	Backoff      Backoff      // retries of transient store errors, default DefaultBackoff
+	Clock        Clock        // default time.Now
+	Producer     string       // recorded in the manifest, default "lifeboat"
+	Log          *slog.Logger // default: discard
+}
+
+// Validate reports a configuration Upload cannot run with.
+func (u *Uploader) Validate() error {
+	switch {
+	case u.Store == nil:
+		return errors.New("checkpoint: uploader has no store")
+	case u.ChunkSize < 0 || u.ChunkSize > MaxChunkSize:
+		return fmt.Errorf("checkpoint: chunk size %d outside 1..%d bytes", u.ChunkSize, MaxChunkSize)
+	case u.Workers < 0 || u.Buffers < 0:
+		return errors.New("checkpoint: workers and buffers must not be negative")
+	case u.SafetyWindow < 0:
+		return errors.New("checkpoint: safety window must not be negative")
+	}
+	return nil
+}
+
+// UploadResult reports what an Upload did. Byte counts are file bytes.
+type UploadResult struct {
+	Manifest *Manifest
+	Key      string // the manifest's key
+	Files    int
+	Bytes    int64 // all file bytes of the snapshot
+	Chunks   int
+	// Uploaded counts chunks Put to the store; Deduped those already
+	// stored (by this or an earlier snapshot) that were not Put again.
+	UploadedBytes, DedupedBytes   int64
+	UploadedChunks, DedupedChunks int
+	// Skipped lists entries that are not regular files (symlinks, devices,
+	// sockets): the snapshot does not contain them.
+	Skipped []string
+	// AlreadyCommitted is true when the same files were already committed
+	// under this step and rank (a retried upload); nothing was overwritten.
+	AlreadyCommitted bool
+}
+
+type localFile struct {
+	rel     string
+	abs     string
+	size    int64
+	mode    fs.FileMode
+	modTime time.Time
+}
+
+type uploadJob struct {
+	file, chunk int
+	buf         []byte
+}
+
+// Upload stores the regular files under dir as the snapshot of (step, rank)
+// of a job of worldSize ranks. It streams each file in chunks through a
+// bounded number of buffers, hashes each chunk once, Puts the chunks the
+// store does not already hold (fresh enough to survive Prune), and only when
+// every chunk is stored writes the manifest, create-only. On any error no
+// manifest is written. Files must not change while they are read: a file
+// whose size or modification time changes fails the upload.
+func (u *Uploader) Upload(ctx context.Context, dir string, step int64, rank, worldSize int) (*UploadResult, error) {
+	if err := u.Validate(); err != nil {
+		return nil, err
+	}
+	if step < 0 || worldSize < 1 || worldSize > MaxWorldSize || rank < 0 || rank >= worldSize {
+		return nil, fmt.Errorf("checkpoint: upload step %d rank %d of %d: invalid step, rank or world size", step, rank, worldSize)
+	}
+	chunkSize := cmp.Or(u.ChunkSize, DefaultChunkSize)
+	workers := cmp.Or(u.Workers, DefaultWorkers)
+	buffers := max(cmp.Or(u.Buffers, 2*workers), 1)
+	window := u.SafetyWindow
+	if window == 0 {
+		window = DefaultSafetyWindow
+	}
+	backoff := orDefaultBackoff(u.Backoff)
+	clock := orDefaultClock(u.Clock)
+	log := u.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	start := clock()
+
+	files, skipped, err := scanDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range skipped {
+		log.Warn("checkpoint: not a regular file, left out of the snapshot", "path", s, "dir", dir)
+	}
+	// Chunks stored before start whose age exceeds reuseAge may be pruned
+	// before this upload commits: they are Put again (docs/FORMAT.md).
+	reuseAge := window - window/4
+	index, err := loadIndex(ctx, u.Store, backoff)
+	if err != nil {
+		return nil, err
+	}
+
+	res := &UploadResult{Files: len(files), Skipped: skipped}
+	var (
+		mu       sync.Mutex
+		chunks   = make([][]Chunk, len(files))
+		seen     = make(map[string]bool)
+		upBytes  atomic.Int64
+		dupBytes atomic.Int64
+		upN      atomic.Int64
+		dupN     atomic.Int64
+	)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	pool := make(chan []byte, buffers)
+	for range buffers {
+		pool <- nil // allocated on first use
+	}
+	jobs := make(chan uploadJob)
+	var wg sync.WaitGroup
+
+	wg.Go(func() {
+		defer close(jobs)
+		for i, f := range files {
+			if err := readChunks(ctx, f, chunkSize, pool, func(buf []byte) {
+				mu.Lock()
+				chunks[i] = append(chunks[i], Chunk{Size: int64(len(buf))})
+				j := len(chunks[i]) - 1
+				mu.Unlock()
+				select {
+				case jobs <- uploadJob{file: i, chunk: j, buf: buf}:
+				case <-ctx.Done():
+					pool <- buf
+				}
+			}); err != nil {
+				cancel(err)
+				return
+			}
+		}
+	})
+	for range workers {
+		wg.Go(func() {
+			for job := range jobs {
+				err := u.storeChunk(ctx, job, backoff, func(sum string) (skip bool) {
+					mu.Lock()
+					defer mu.Unlock()
+					chunks[job.file][job.chunk].SHA256 = sum
+					if seen[sum] {
+						return true
+					}
+					seen[sum] = true
+					mod, ok := index[sum]
+					return ok && start.Sub(mod) <= reuseAge
+				}, func(uploaded bool) {
+					n := int64(len(job.buf))
+					if uploaded {
+						upBytes.Add(n)
+						upN.Add(1)
+					} else {
+						dupBytes.Add(n)
+						dupN.Add(1)
+					}
+				})
+				pool <- job.buf
+				if err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+
+	res.UploadedBytes, res.DedupedBytes = upBytes.Load(), dupBytes.Load()
+	res.UploadedChunks, res.DedupedChunks = int(upN.Load()), int(dupN.Load())
+	if elapsed := clock().Sub(start); elapsed > window/4 {
+		return nil, fmt.Errorf("checkpoint: upload step %d rank %d: took %s, over a quarter of the %s safety window; not committing because prune may have removed reused chunks; upload again or raise the safety window of both upload and prune", step, rank, elapsed, window)
+	}
+
+	m := &Manifest{
+		Format: FormatVersion, ID: newID(), Step: step, Rank: rank, WorldSize: worldSize,
+		Created: start.UTC(), Producer: cmp.Or(u.Producer, "lifeboat"), ChunkSize: int64(chunkSize),
+	}
+	for i, f := range files {
+		m.Files = append(m.Files, File{Path: f.rel, Size: f.size, Mode: uint32(f.mode.Perm()), Chunks: chunks[i]})
+		if chunks[i] == nil {
+			m.Files[i].Chunks = []Chunk{}
+		}
+		res.Chunks += len(chunks[i])
+		res.Bytes += f.size
+	}
+	data, err := m.Encode()
+	if err != nil {
+		return nil, err
+	}
+	key := manifestKey(step, rank, worldSize)
+	res.Manifest, res.Key = m, key
+	err = retry(ctx, backoff, func() error {
+		_, err := u.Store.Put(ctx, key, bytes.NewReader(data), int64(len(data)), storage.PutOptions{IfNotExists: true})
+		return err
+	})
+	if errors.Is(err, storage.ErrExists) {
+		old, gerr := readManifest(ctx, u.Store, key, backoff)
+		if gerr == nil && slices.EqualFunc(old.Files, m.Files, equalFile) {
+			res.Manifest, res.AlreadyCommitted = old, true
+			return res, nil
+		}
+		return nil, fmt.Errorf("checkpoint: commit %s: a different snapshot of step %d rank %d is already committed; steps are immutable: %w", key, step, rank, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: commit %s: %w", key, err)
+	}
+	log.Info("checkpoint: committed", "key", key, "files", res.Files, "bytes", res.Bytes,
+		"uploaded", res.UploadedBytes, "deduped", res.DedupedBytes)
+	return res, nil
+}
+
+// storeChunk hashes job's bytes and Puts them unless skip(sum) says the
+// store holds them already; done reports which happened.
+func (u *Uploader) storeChunk(ctx context.Context, job uploadJob, backoff Backoff, skip func(sum string) bool, done func(uploaded bool)) error {
+	h := sha256.Sum256(job.buf)
+	sum := hex.EncodeToString(h[:])
+	if skip(sum) {
+		done(false)
+		return nil
+	}
+	key := chunkKey(sum)
+	err := retry(ctx, backoff, func() error {
+		_, err := u.Store.Put(ctx, key, bytes.NewReader(job.buf), int64(len(job.buf)), storage.PutOptions{SHA256: sum})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("checkpoint: upload %s: %w", key, err)
+	}
+	done(true)
+	return nil
+}
+
+// readChunks reads f in chunks of chunkSize into buffers taken from pool and
+// hands each to send, which owns it from then on. It fails if f changed
+// since it was scanned, or changes while it is read.
+func readChunks(ctx context.Context, f localFile, chunkSize int, pool chan []byte, send func([]byte)) error {
+	fh, err := os.Open(f.abs)
+	if err != nil {
+		return fmt.Errorf("checkpoint: upload %s: %w", f.abs, err)
+	}
+	defer fh.Close()
+	var total int64
+	for {
+		var buf []byte
+		select {
+		case buf = <-pool:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		if buf == nil {
+			buf = make([]byte, chunkSize)
+		}
+		n, err := io.ReadFull(fh, buf[:chunkSize])
+		if n > 0 {
+			total += int64(n)
+			send(buf[:n])
+		} else {
+			pool <- buf
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("checkpoint: upload %s: read: %w", f.abs, err)
+		}
+	}
+	fi, err := fh.Stat()
+	if err != nil {
+		return fmt.Errorf("checkpoint: upload %s: %w", f.abs, err)
+	}
+	if total != f.size || fi.Size() != f.size || !fi.ModTime().Equal(f.modTime) {
+		return fmt.Errorf("checkpoint: upload %s: file changed while it was uploaded (size %d, read %d, now %d); upload only checkpoints the trainer has finished writing", f.abs, f.size, total, fi.Size())
+	}
+	return nil
+}
+
+// scanDir lists the regular files under dir, sorted by relative slash path,
+// and the other entries it leaves out.
+func scanDir(dir string) (files []localFile, skipped []string, err error) {
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == dir {
+			if !d.IsDir() {
+				return fmt.Errorf("%s is not a directory", dir)
+			}
+			return nil
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if strings.HasPrefix(d.Name(), tempPrefix) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch {
+		case d.IsDir():
+			return nil
+		case !d.Type().IsRegular():
+			skipped = append(skipped, rel)
+			return nil
+		}
+		if err := CheckPath(rel); err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		files = append(files, localFile{rel: rel, abs: p, size: fi.Size(), mode: fi.Mode(), modTime: fi.ModTime()})
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint: scan %s: %w", dir, err)
+	}
+	if len(files) > MaxFiles {
+		return nil, nil, fmt.Errorf("checkpoint: scan %s: %d files, over the %d limit", dir, len(files), MaxFiles)
+	}
+	slices.SortFunc(files, func(a, b localFile) int { return strings.Compare(a.rel, b.rel) })
+	return files, skipped, nil
+}
+
+// loadIndex lists the stored chunks with their modification times.
+func loadIndex(ctx context.Context, s storage.Store, backoff Backoff) (map[string]time.Time, error) {
+	var index map[string]time.Time
+	err := retry(ctx, backoff, func() error {
+		index = make(map[string]time.Time)
+		return s.List(ctx, chunksPrefix, func(oi storage.ObjectInfo) error {
+			if sum, ok := parseChunkKey(oi.Key); ok {
+				index[sum] = oi.ModTime
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: list %s in %s: %w", chunksPrefix, s, err)
+	}
+	return index, nil
+}
+
+func equalFile(a, b File) bool {
+	return a.Path == b.Path && a.Size == b.Size && a.Mode == b.Mode && slices.Equal(a.Chunks, b.Chunks)
+}
+
+func newID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

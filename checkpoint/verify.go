@@ -1,0 +1,237 @@
+package checkpoint
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/lifeboat-project/lifeboat/storage"
+)
+
+// Subset selects part n of t of the chunks (like restic's
+// --read-data-subset n/t): a chunk belongs to part
+// (first 8 bytes of its hash, big-endian) mod t + 1. The zero Subset selects
+// nothing; Subset{1, 1} selects everything.
+type Subset struct{ N, T uint64 }
+
+// ParseSubset parses "n/t" with 1 <= n <= t, or "all" (1/1).
+func ParseSubset(s string) (Subset, error) {
+	if s == "all" {
+		return Subset{1, 1}, nil
+	}
+	ns, ts, ok := strings.Cut(s, "/")
+	n, err1 := strconv.ParseUint(ns, 10, 64)
+	t, err2 := strconv.ParseUint(ts, 10, 64)
+	if !ok || err1 != nil || err2 != nil || n < 1 || t < 1 || n > t {
+		return Subset{}, fmt.Errorf("checkpoint: read-data subset %q is not n/t with 1 <= n <= t (for example 1/5), nor \"all\"", s)
+	}
+	return Subset{n, t}, nil
+}
+
+// Contains reports whether the chunk with hex hash sum is in the subset.
+func (s Subset) Contains(sum string) bool {
+	if s.T == 0 {
+		return false
+	}
+	b, err := hex.DecodeString(sum[:16])
+	if err != nil {
+		return false
+	}
+	return binary.BigEndian.Uint64(b)%s.T == s.N-1
+}
+
+func (s Subset) String() string {
+	if s.T == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%d/%d", s.N, s.T)
+}
+
+// ProblemKind classifies what Verify found wrong.
+type ProblemKind string
+
+// Problem kinds.
+const (
+	MissingManifest ProblemKind = "missing-manifest" // a rank has no manifest at the step
+	BadManifest     ProblemKind = "bad-manifest"     // a manifest does not decode or is invalid
+	MissingChunk    ProblemKind = "missing-chunk"
+	TruncatedChunk  ProblemKind = "wrong-size-chunk" // stored size differs from the manifest's
+	CorruptChunk    ProblemKind = "corrupt-chunk"    // content does not hash to its name
+)
+
+// Problem is one thing wrong with a snapshot.
+type Problem struct {
+	Kind   ProblemKind
+	Key    string // the manifest or chunk key
+	Detail string
+}
+
+func (p Problem) String() string { return fmt.Sprintf("%s %s: %s", p.Kind, p.Key, p.Detail) }
+
+// VerifyOptions tune Verify. Zero fields take defaults.
+type VerifyOptions struct {
+	WorldSize int     // 0: the world size of the manifests found at the step
+	ReadData  Subset  // chunks to download and hash; the rest are only Stat-ed
+	Workers   int     // parallel chunk checks, default DefaultWorkers
+	Backoff   Backoff // default DefaultBackoff
+}
+
+// VerifyReport is what Verify found. OK reports a restorable snapshot.
+type VerifyReport struct {
+	Step       int64
+	WorldSize  int
+	Manifests  int // manifests that decoded
+	Chunks     int // distinct chunks referenced
+	ChunksRead int // chunks downloaded and hashed
+	BytesRead  int64
+	Problems   []Problem
+}
+
+// OK reports whether no problem was found.
+func (r *VerifyReport) OK() bool { return len(r.Problems) == 0 }
+
+// Verify checks the snapshot of step: every rank has a manifest that
+// decodes, every chunk exists with the right size, and the chunks in
+// opts.ReadData have the right content. Problems are reported in the
+// report; the error is for failures to check (store unreachable, ctx).
+func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions) (*VerifyReport, error) {
+	backoff := orDefaultBackoff(opts.Backoff)
+	groups, err := listSteps(ctx, s, stepPrefix(step), backoff)
+	if err != nil {
+		return nil, err
+	}
+	rep := &VerifyReport{Step: step, WorldSize: opts.WorldSize}
+	if rep.WorldSize == 0 {
+		switch len(groups) {
+		case 0:
+			return nil, fmt.Errorf("checkpoint: verify step %d: no manifest in %s: %w", step, s, storage.ErrNotExist)
+		case 1:
+			rep.WorldSize = groups[0].worldSize
+		default:
+			return nil, fmt.Errorf("checkpoint: verify step %d: manifests for several world sizes in %s; name the world size", step, s)
+		}
+	}
+	keys := map[int]storage.ObjectInfo{}
+	for _, g := range groups {
+		if g.worldSize == rep.WorldSize {
+			keys = g.keys
+		}
+	}
+	chunks := map[string]int64{} // sum -> size
+	var order []string
+	var mu sync.Mutex
+	problem := func(p Problem) {
+		mu.Lock()
+		rep.Problems = append(rep.Problems, p)
+		mu.Unlock()
+	}
+	for r := range rep.WorldSize {
+		key := manifestKey(step, r, rep.WorldSize)
+		if _, ok := keys[r]; !ok {
+			problem(Problem{MissingManifest, key, fmt.Sprintf("rank %d of %d has no manifest", r, rep.WorldSize)})
+			continue
+		}
+		m, err := readManifest(ctx, s, key, backoff)
+		switch {
+		case errors.Is(err, ErrCorrupt) || errors.Is(err, storage.ErrNotExist):
+			problem(Problem{BadManifest, key, err.Error()})
+			continue
+		case err != nil:
+			return nil, err
+		}
+		rep.Manifests++
+		for _, f := range m.Files {
+			for _, c := range f.Chunks {
+				if _, ok := chunks[c.SHA256]; !ok {
+					order = append(order, c.SHA256)
+				}
+				chunks[c.SHA256] = c.Size
+			}
+		}
+	}
+	rep.Chunks = len(order)
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	jobs := make(chan string)
+	var wg sync.WaitGroup
+	for range cmpOrInt(opts.Workers, DefaultWorkers) {
+		wg.Go(func() {
+			for sum := range jobs {
+				p, read, err := checkChunk(ctx, s, sum, chunks[sum], opts.ReadData.Contains(sum), backoff)
+				if err != nil {
+					cancel(err)
+					continue
+				}
+				if p != nil {
+					problem(*p)
+				}
+				if read {
+					mu.Lock()
+					rep.ChunksRead++
+					rep.BytesRead += chunks[sum]
+					mu.Unlock()
+				}
+			}
+		})
+	}
+feed:
+	for _, sum := range order {
+		select {
+		case jobs <- sum:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return nil, fmt.Errorf("checkpoint: verify step %d: %w", step, err)
+	}
+	slices.SortFunc(rep.Problems, func(a, b Problem) int { return strings.Compare(a.Key, b.Key) })
+	return rep, nil
+}
+
+// checkChunk Stats a chunk and, when read is set, downloads and hashes it.
+func checkChunk(ctx context.Context, s storage.Store, sum string, size int64, read bool, backoff Backoff) (*Problem, bool, error) {
+	key := chunkKey(sum)
+	var oi storage.ObjectInfo
+	err := retry(ctx, backoff, func() (err error) {
+		oi, err = s.Stat(ctx, key)
+		return err
+	})
+	switch {
+	case errors.Is(err, storage.ErrNotExist):
+		return &Problem{MissingChunk, key, "not in the store"}, false, nil
+	case err != nil:
+		return nil, false, err
+	case oi.Size != size:
+		return &Problem{TruncatedChunk, key, fmt.Sprintf("%d bytes stored, manifest says %d", oi.Size, size)}, false, nil
+	case oi.SHA256 != "" && oi.SHA256 != sum:
+		return &Problem{CorruptChunk, key, "the store reports sha256 " + oi.SHA256}, false, nil
+	case !read:
+		return nil, false, nil
+	}
+	buf := make([]byte, size)
+	err = fetchChunk(ctx, s, Chunk{SHA256: sum, Size: size}, buf, backoff)
+	switch {
+	case errors.Is(err, ErrCorrupt):
+		return &Problem{CorruptChunk, key, err.Error()}, true, nil
+	case err != nil:
+		return nil, false, err
+	}
+	return nil, true, nil
+}
+
+// hashOf returns the hex SHA-256 of b.
+func hashOf(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
