@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+
+	"github.com/lifeboat-project/lifeboat/signals"
+	"github.com/lifeboat-project/lifeboat/supervisor"
+)
+
+// runOptions are the flags of `lifeboat run`.
+type runOptions struct {
+	grace           time.Duration
+	stopSignals     string
+	rewrite         listFlag
+	childOnly       bool
+	preemptExitCode string
+	terminationLog  string
+	logLevel        string
+	logFormat       string
+	argv            []string
+}
+
+func newRunFlags(o *runOptions, w io.Writer) (*flag.FlagSet, *runOptions) {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(w)
+	fs.DurationVar(&o.grace, "grace", supervisor.DefaultGrace,
+		"budget from the first stop signal until everything left is SIGKILLed; match terminationGracePeriodSeconds")
+	fs.StringVar(&o.stopSignals, "stop-signals", "TERM,INT", "signals that start the grace deadline (comma-separated)")
+	fs.Var(&o.rewrite, "rewrite", "deliver another signal than the one received, FROM:TO (repeatable), e.g. TERM:USR1")
+	fs.BoolVar(&o.childOnly, "signal-child-only", false, "send signals to the direct child only, not its process group")
+	fs.StringVar(&o.preemptExitCode, "preempt-exit-code", strconv.Itoa(supervisor.DefaultPreemptExitCode),
+		"exit code when stopped by a signal and the trainer exited 0; \"child\" keeps the trainer's")
+	fs.StringVar(&o.terminationLog, "termination-log", "/dev/termination-log",
+		"file that gets one line saying why lifeboat stopped (the default is written only if it exists)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "auto", "auto (JSON unless stderr is a terminal), json or text")
+	fs.Usage = flagUsage(fs, w, "lifeboat run [flags] -- CMD [ARG...]")
+	return fs, o
+}
+
+// config turns the options into the supervisor's configuration.
+func (o *runOptions) config() (supervisor.Config, error) {
+	cfg := supervisor.Config{Argv: o.argv, Grace: o.grace, ChildOnly: o.childOnly, Rewrite: signals.Rewrite{}}
+	if o.grace <= 0 {
+		return cfg, fmt.Errorf("--grace (LIFEBOAT_GRACE) is %s; it must be positive, for example 30s", o.grace)
+	}
+	stops, err := signals.ParseList(o.stopSignals)
+	if err != nil {
+		return cfg, fmt.Errorf("--stop-signals (LIFEBOAT_STOP_SIGNALS): %v", err)
+	}
+	cfg.StopSignals = stops
+	for _, spec := range o.rewrite {
+		if err := cfg.Rewrite.ParseRewrite(spec); err != nil {
+			return cfg, fmt.Errorf("--rewrite (LIFEBOAT_REWRITE): %v", err)
+		}
+	}
+	switch o.preemptExitCode {
+	case "child", "0": // the code only replaces a 0, so 0 means keep it
+		cfg.PreemptExitCode = supervisor.PreemptChild
+	default:
+		n, err := strconv.Atoi(o.preemptExitCode)
+		if err != nil || n < 0 || n > 255 {
+			return cfg, fmt.Errorf("--preempt-exit-code (LIFEBOAT_PREEMPT_EXIT_CODE) is %q; use a number 0..255 or \"child\"", o.preemptExitCode)
+		}
+		cfg.PreemptExitCode = n
+	}
+	cfg.TerminationLog = o.terminationLog
+	cfg.TerminationLogCreate = o.terminationLog != "/dev/termination-log"
+	return cfg, cfg.Validate()
+}
+
+// runCmd parses `lifeboat run` and supervises the command.
+func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
+	o := &runOptions{}
+	fs, _ := newRunFlags(o, stderr)
+	if err := parseFlags(fs, args, os.LookupEnv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		if !isParseError(err) {
+			fmt.Fprintf(stderr, "lifeboat run: %v\n", err)
+		}
+		fs.Usage()
+		return 2
+	}
+	o.argv = fs.Args()
+	if len(o.argv) == 0 {
+		fmt.Fprintln(stderr, "lifeboat run: no command given: put it after --, as in `lifeboat run -- python train.py`")
+		fs.Usage()
+		return 2
+	}
+	cfg, err := o.config()
+	if err != nil {
+		fmt.Fprintf(stderr, "lifeboat run: %v\n", err)
+		return 2
+	}
+	log, err := newLogger(stderr, o.logLevel, o.logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "lifeboat run: %v\n", err)
+		return 2
+	}
+	cfg.Log = log
+	if err := supervisor.ClearInheritedSignalMask(); err != nil {
+		log.Warn("supervisor.signal_mask", "err", err, "effect", "the trainer inherits lifeboat's blocked signals")
+	}
+	return exitCode(runRun(ctx, cfg), stderr)
+}
+
+// runRun supervises cfg.Argv until it and its tree have exited.
+func runRun(ctx context.Context, cfg supervisor.Config) error {
+	return supervisor.Run(ctx, cfg)
+}
+
+// exitCode maps Run's result to lifeboat's exit code, printing spawn
+// failures as one line naming the path.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	var ee *supervisor.ExitError
+	if errors.As(err, &ee) {
+		if !ee.Started {
+			fmt.Fprintln(stderr, ee.Err)
+		}
+		return ee.ExitCode()
+	}
+	fmt.Fprintf(stderr, "lifeboat: %v\n", err)
+	return supervisor.CodeInternal
+}
+
+// isParseError reports whether the flag package already printed err.
+func isParseError(err error) bool {
+	// flag.ContinueOnError prints its own message before returning; errors
+	// from environment variables are ours and not yet printed.
+	var envErr *envError
+	return !errors.As(err, &envErr)
+}
+

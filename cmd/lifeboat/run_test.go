@@ -1,0 +1,581 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestForwardsEverySignalToTheGroup sends every catchable signal to
+// lifeboat, including SEGV and BUS, and checks that both the child and a
+// grandchild in its process group receive each one, and that lifeboat
+// survives them all.
+func TestForwardsEverySignalToTheGroup(t *testing.T) {
+	sigs := []syscall.Signal{
+		syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH,
+		syscall.SIGCONT, syscall.SIGALRM, syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGABRT, syscall.SIGPWR,
+		syscall.SIGTERM,
+	}
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "rec")
+			p := start(t, mode, "run", "--grace", "1m", "--", childBin, "record", out, "TERM", "grandchild")
+			waitFile(t, p, out+".ready")
+			for i, s := range sigs {
+				p.signal(s)
+				// One at a time, so the order is known and none coalesce.
+				waitLines(t, out, i+1)
+				waitLines(t, out+".gc", i+1)
+			}
+			if code := p.wait(); code != 143 {
+				t.Errorf("exit code %d, want 143 (stopped by TERM, child exited 0); stderr:\n%s", code, p.stderr.String())
+			}
+			var want []string
+			for _, s := range sigs {
+				want = append(want, strings.TrimPrefix(unix.SignalName(s), "SIG"))
+			}
+			for _, f := range []string{out, out + ".gc"} {
+				got := waitLines(t, f, len(want))
+				if strings.Join(got, " ") != strings.Join(want, " ") {
+					t.Errorf("%s received %v, want %v", filepath.Base(f), got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestSignalChildOnly checks that --signal-child-only spares the group:
+// the grandchild sees only the TERM sent to leftovers after the child exits.
+func TestSignalChildOnly(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "rec")
+	p := start(t, "plain", "run", "--signal-child-only", "--", childBin, "record", out, "TERM", "grandchild")
+	waitFile(t, p, out+".ready")
+	p.signal(syscall.SIGUSR1)
+	waitLines(t, out, 1)
+	p.signal(syscall.SIGTERM)
+	p.wait()
+	if got := strings.Join(waitLines(t, out, 2), " "); got != "USR1 TERM" {
+		t.Errorf("child received %q, want \"USR1 TERM\"", got)
+	}
+	if got := strings.Join(waitLines(t, out+".gc", 1), " "); got != "TERM" {
+		t.Errorf("grandchild received %q, want only the TERM sent to leftovers", got)
+	}
+}
+
+// TestRewrite checks that --rewrite TERM:USR1 delivers USR1 and that the
+// grace deadline still starts on the received TERM.
+func TestRewrite(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "rec")
+	p := start(t, "plain", "run", "--rewrite", "TERM:USR1", "--grace", "1s", "--", childBin, "record", out, "never")
+	waitFile(t, p, out+".ready")
+	p.signal(syscall.SIGTERM)
+	// The child ignores USR1 as an exit request, so only the deadline ends it.
+	if code := p.wait(); code != 137 {
+		t.Errorf("exit code %d, want 137 (killed at the grace deadline)", code)
+	}
+	if got := strings.Join(waitLines(t, out, 1), " "); got != "USR1" {
+		t.Errorf("child received %q, want USR1", got)
+	}
+	if !strings.Contains(p.stderr.String(), "supervisor.grace_expired") {
+		t.Errorf("no grace_expired event; stderr:\n%s", p.stderr.String())
+	}
+}
+
+// TestReapsThousandOrphans checks that 1000 orphans exiting at once are all
+// reaped, as PID 1 and as a subreaper when not PID 1.
+func TestReapsThousandOrphans(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			p := start(t, mode, "run", "--log-level", "debug", "--", childBin, "orphans", "1000")
+			if code := p.wait(); code != 0 {
+				t.Fatalf("exit code %d, want 0; stderr tail:\n%s", code, tail(p.stderr.String()))
+			}
+			if n := strings.Count(p.stderr.String(), `"msg":"supervisor.reaped"`); n != 1000 {
+				t.Errorf("lifeboat reaped %d orphans, want 1000", n)
+			}
+		})
+	}
+}
+
+// TestNoLostEarlySignal sends TERM 0-5 ms after start, 200 times; the child
+// must never run on.
+func TestNoLostEarlySignal(t *testing.T) {
+	tries := 200
+	if testing.Short() {
+		tries = 40
+	}
+	rng := rand.New(rand.NewSource(1))
+	for i := 0; i < tries; i++ {
+		marker := fmt.Sprintf("%dms", 600000+i) // unique argv for this try
+		cmd := exec.Command(lifeboatBin, "run", "--log-level", "error", "--", childBin, "sleep", marker)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(rng.Intn(5000)) * time.Microsecond)
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(hangLimit):
+			_ = cmd.Process.Kill()
+			t.Fatalf("try %d: lifeboat did not exit after TERM", i)
+		}
+		if pids := findProcs(childBin + "\x00sleep\x00" + marker); len(pids) > 0 {
+			for _, pid := range pids {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			t.Fatalf("try %d: child %v runs on after lifeboat got TERM and exited", i, pids)
+		}
+	}
+}
+
+// findProcs returns the pids whose command line starts with prefix
+// (NUL-separated).
+func findProcs(prefix string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.HasPrefix(string(b), prefix) && processAlive(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// TestExitCodes checks that every code 0..255 passes through, that death by
+// signal n gives 128+n, and that exec failures give 127 and 126 with a
+// message naming the path.
+func TestExitCodes(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			for code := 0; code < 256; code++ {
+				p := start(t, mode, "run", "--log-level", "error", "--", "sh", "-c", fmt.Sprintf("exit %d", code))
+				if got := p.wait(); got != code {
+					t.Fatalf("child exit %d: lifeboat exited %d", code, got)
+				}
+			}
+			p := start(t, mode, "run", "--", "sh", "-c", "kill -KILL $$")
+			if got := p.wait(); got != 137 {
+				t.Errorf("child killed by KILL: lifeboat exited %d, want 137", got)
+			}
+		})
+	}
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "train.sh")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\necho hi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	badInterp := filepath.Join(dir, "bad.sh")
+	if err := os.WriteFile(badInterp, []byte("#!/no/such/interpreter\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		argv0 string
+		code  int
+		msg   string
+	}{
+		{filepath.Join(dir, "missing"), 127, filepath.Join(dir, "missing") + ": no such file"},
+		{"no-such-command-xyz", 127, "no-such-command-xyz: command not found in PATH"},
+		{notExec, 126, notExec + " is not executable"},
+		{dir, 126, dir + " is a directory"},
+		{badInterp, 127, "interpreter on its #! line"},
+	} {
+		t.Run(filepath.Base(tc.argv0), func(t *testing.T) {
+			p := start(t, "plain", "run", "--", tc.argv0)
+			if got := p.wait(); got != tc.code {
+				t.Errorf("exit %d, want %d", got, tc.code)
+			}
+			if !strings.Contains(p.stderr.String(), tc.msg) {
+				t.Errorf("stderr %q does not say %q", p.stderr.String(), tc.msg)
+			}
+		})
+	}
+}
+
+// TestGraceKillsEscapedTree: at the deadline, everything left is SIGKILLed,
+// including a TERM-ignoring process that escaped with setsid and a double
+// fork.
+func TestGraceKillsEscapedTree(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			pidFile := filepath.Join(t.TempDir(), "escapee")
+			p := start(t, mode, "run", "--grace", "1s", "--", childBin, "escape", pidFile)
+			waitFile(t, p, pidFile)
+			b, _ := os.ReadFile(pidFile)
+			escapee, _ := strconv.Atoi(string(b))
+			if mode == "pid1" {
+				escapee = hostPid(t, p.pid, escapee)
+			}
+			p.signal(syscall.SIGTERM)
+			if code := p.wait(); code != 137 {
+				t.Errorf("exit %d, want 137 (child ignored TERM and was killed)", code)
+			}
+			if processAlive(escapee) {
+				_ = syscall.Kill(escapee, syscall.SIGKILL)
+				t.Errorf("escaped descendant %d survived the grace deadline", escapee)
+			}
+		})
+	}
+}
+
+// hostPid maps a pid inside lifeboat's namespace to the test's view by
+// looking for the descendant of root whose NSpid ends in nsPid.
+func hostPid(t *testing.T, root, nsPid int) int {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) == 3 && f[0] == "NSpid:" && f[2] == strconv.Itoa(nsPid) {
+				pid, _ := strconv.Atoi(e.Name())
+				if pid != root {
+					return pid
+				}
+			}
+		}
+	}
+	t.Fatalf("no process with namespace pid %d", nsPid)
+	return 0
+}
+
+// TestSecondTermDoesNotResetDeadline sends TERM every 200 ms for 10 s to a
+// tree that ignores TERM with a 2 s grace: if each TERM reset the deadline,
+// lifeboat would outlive the barrage.
+func TestSecondTermDoesNotResetDeadline(t *testing.T) {
+	p := start(t, "plain", "run", "--grace", "2s", "--", childBin, "ignore-term")
+	time.Sleep(100 * time.Millisecond)
+	for i := 0; i < 50 && p.alive(); i++ {
+		_ = syscall.Kill(p.pid, syscall.SIGTERM)
+		time.Sleep(200 * time.Millisecond)
+	}
+	if p.alive() {
+		t.Fatalf("lifeboat still running after 10 s of TERMs with a 2 s grace: the deadline was reset")
+	}
+	if code := p.wait(); code != 137 {
+		t.Errorf("exit %d, want 137", code)
+	}
+	if n := strings.Count(p.stderr.String(), "supervisor.stopping"); n != 1 {
+		t.Errorf("%d stopping events, want 1", n)
+	}
+}
+
+// TestSecondIntKillsAtOnce: the second INT escalates to SIGKILL without
+// waiting for the deadline.
+func TestSecondIntKillsAtOnce(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "rec")
+	p := start(t, "plain", "run", "--grace", "1h", "--", childBin, "record", out, "never")
+	waitFile(t, p, out+".ready")
+	p.signal(syscall.SIGINT)
+	waitLines(t, out, 1)
+	p.signal(syscall.SIGINT)
+	if code := p.wait(); code != 137 {
+		t.Errorf("exit %d, want 137 after a second INT", code)
+	}
+	if !strings.Contains(p.stderr.String(), "supervisor.second_interrupt") {
+		t.Errorf("no second_interrupt event; stderr:\n%s", p.stderr.String())
+	}
+}
+
+// TestTreeGetsToFinish: when the main child exits, a grandchild that needs
+// 1 s after TERM to clean up gets to finish, as PID 1 (where exiting early
+// would make the kernel kill it) and as a plain process.
+func TestTreeGetsToFinish(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "clean")
+			script := fmt.Sprintf(`%s cleanup %s 1s & while [ ! -f %s.ready ]; do sleep 0.01; done; exit 0`, childBin, out, out)
+			p := start(t, mode, "run", "--grace", "30s", "--", "sh", "-c", script)
+			if code := p.wait(); code != 0 {
+				t.Errorf("exit %d, want 0", code)
+			}
+			b, err := os.ReadFile(out)
+			if err != nil || string(b) != "clean" {
+				t.Errorf("grandchild did not finish its cleanup: %q, %v", b, err)
+			}
+		})
+	}
+}
+
+// TestQuickTreeQuickExit: with a long grace and nothing left behind,
+// lifeboat exits as soon as the child does; the hang limit (60 s) is far
+// below the grace (1 h).
+func TestQuickTreeQuickExit(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			p := start(t, mode, "run", "--grace", "1h", "--", "sh", "-c", "sleep 0.1 & exit 0")
+			if code := p.wait(); code != 0 {
+				t.Errorf("exit %d, want 0", code)
+			}
+		})
+	}
+}
+
+// TestPreemptExitCode: stopped by TERM and the child exits 0 -> 143 by
+// default, N with --preempt-exit-code N, 0 with child; the termination log
+// says why.
+func TestPreemptExitCode(t *testing.T) {
+	for _, tc := range []struct {
+		flag string
+		env  string
+		want int
+	}{{"", "", 143}, {"99", "", 99}, {"child", "", 0}, {"", "42", 42}, {"7", "42", 7}} {
+		t.Run(fmt.Sprintf("flag=%s,env=%s", tc.flag, tc.env), func(t *testing.T) {
+			dir := t.TempDir()
+			out, tlog := filepath.Join(dir, "rec"), filepath.Join(dir, "termination-log")
+			args := []string{"run", "--termination-log", tlog}
+			if tc.flag != "" {
+				args = append(args, "--preempt-exit-code", tc.flag)
+			}
+			args = append(args, "--", childBin, "record", out, "TERM")
+			cmd := exec.Command(lifeboatBin, args...)
+			if tc.env != "" {
+				cmd.Env = append(os.Environ(), "LIFEBOAT_PREEMPT_EXIT_CODE="+tc.env)
+			}
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waitFile(t, nil, out+".ready")
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = cmd.Wait()
+			if got := cmd.ProcessState.ExitCode(); got != tc.want {
+				t.Errorf("exit %d, want %d; stderr:\n%s", got, tc.want, stderr.String())
+			}
+			b, _ := os.ReadFile(tlog)
+			if !strings.Contains(string(b), "stopped by SIGTERM; trainer exited with code 0") || strings.Count(string(b), "\n") != 1 {
+				t.Errorf("termination log %q does not give the reason in one line", b)
+			}
+		})
+	}
+}
+
+// TestUsage: no command or an unknown flag prints usage on stderr, exits 2
+// and spawns nothing; a program named -x is run.
+func TestUsage(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "ran")
+	for _, args := range [][]string{{}, {"run"}, {"run", "--"}, {"run", "--no-such-flag", "--", "touch", marker}, {"bogus"}} {
+		var stdout, stderr bytes.Buffer
+		cmd := exec.Command(lifeboatBin, args...)
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		_ = cmd.Run()
+		if code := cmd.ProcessState.ExitCode(); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+		if stdout.Len() != 0 || !strings.Contains(stderr.String(), "Usage") {
+			t.Errorf("%v: stdout %q, stderr %q: want usage on stderr only", args, stdout.String(), stderr.String())
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("a command was spawned despite the bad flag")
+	}
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "-x")
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\necho \"ran $0 $*\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(lifeboatBin, "run", "--", "-x", "--grace", "-y")
+	cmd.Env = append(os.Environ(), "PATH="+dir)
+	out, err := cmd.Output()
+	if err != nil || string(out) != "ran "+prog+" --grace -y\n" {
+		t.Errorf("program named -x: %q, %v", out, err)
+	}
+}
+
+// TestEnvTwins: every flag reads LIFEBOAT_<NAME>, and the flag wins.
+func TestEnvTwins(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "rec")
+	cmd := exec.Command(lifeboatBin, "run", "--", childBin, "record", out, "never")
+	cmd.Env = append(os.Environ(), "LIFEBOAT_GRACE=1s", "LIFEBOAT_REWRITE=TERM:USR2", "LIFEBOAT_LOG_LEVEL=warn")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, nil, out+".ready")
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+	if got := cmd.ProcessState.ExitCode(); got != 137 {
+		t.Errorf("exit %d, want 137 (LIFEBOAT_GRACE=1s expired)", got)
+	}
+	if got := strings.Join(waitLines(t, out, 1), " "); got != "USR2" {
+		t.Errorf("child got %q, want USR2 from LIFEBOAT_REWRITE", got)
+	}
+	if strings.Contains(stderr.String(), "supervisor.started") {
+		t.Errorf("LIFEBOAT_LOG_LEVEL=warn ignored: %s", stderr.String())
+	}
+	cmd = exec.Command(lifeboatBin, "run", "--log-level", "info", "--", "true")
+	cmd.Env = append(os.Environ(), "LIFEBOAT_LOG_LEVEL=error", "LIFEBOAT_GRACE=bogus")
+	b, err := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(b), `LIFEBOAT_GRACE="bogus"`) {
+		t.Errorf("bad LIFEBOAT_GRACE: exit %d, %q, %v", cmd.ProcessState.ExitCode(), b, err)
+	}
+}
+
+// TestNothingOnStdout: at the default level lifeboat's own output goes to
+// stderr, as JSON when stderr is not a terminal; stdout is the child's.
+func TestNothingOnStdout(t *testing.T) {
+	cmd := exec.Command(lifeboatBin, "run", "--", "sh", "-c", "printf child-out")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if stdout.String() != "child-out" {
+		t.Errorf("stdout %q, want only the child's", stdout.String())
+	}
+	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		if !strings.HasPrefix(line, "{") {
+			t.Errorf("stderr line is not JSON: %q", line)
+		}
+	}
+}
+
+// TestPassthrough: 100 MB through stdin/stdout byte for byte; same cwd and
+// environment; empty signal mask and default dispositions even when
+// lifeboat's parent blocked or ignored signals.
+func TestPassthrough(t *testing.T) {
+	data := make([]byte, 100<<20)
+	rand.New(rand.NewSource(2)).Read(data)
+	cmd := exec.Command(lifeboatBin, "run", "--log-level", "error", "--", "cat")
+	cmd.Stdin = bytes.NewReader(data)
+	h := sha256.New()
+	cmd.Stdout = h
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if want := sha256.Sum256(data); !bytes.Equal(h.Sum(nil), want[:]) {
+		t.Errorf("100 MB through lifeboat came out different")
+	}
+
+	dir := t.TempDir()
+	cmd = exec.Command(lifeboatBin, "run", "--", "sh", "-c", `echo "$PWD $TRAIN_VAR"`)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "TRAIN_VAR=x y")
+	out, err := cmd.Output()
+	if err != nil || string(out) != dir+" x y\n" {
+		t.Errorf("cwd/env: %q, %v", out, err)
+	}
+
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Fatal("python3 is needed to start lifeboat with a blocked signal mask; install it")
+	}
+	py := `import os, signal
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGTERM, signal.SIGHUP})
+for s in (signal.SIGTTOU, signal.SIGTTIN, signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
+    signal.signal(s, signal.SIG_IGN)
+os.execv(os.environ["LB"], ["lifeboat", "run", "--", "grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"])`
+	cmd = exec.Command("python3", "-c", py)
+	cmd.Env = append(os.Environ(), "LB="+lifeboatBin)
+	out, err = cmd.Output()
+	if err != nil {
+		t.Fatalf("mask check: %v", err)
+	}
+	if got := string(out); got != "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n" {
+		t.Errorf("child's signal mask/ignored set is not empty:\n%s", got)
+	}
+}
+
+// TestTerminalForeground: with a terminal on stdin, the child's process
+// group becomes the terminal's foreground group.
+func TestTerminalForeground(t *testing.T) {
+	master, slave := openPTY(t)
+	cmd := exec.Command(lifeboatBin, "run", "--log-level", "error", "--", "sh", "-c",
+		`set -- $(cat /proc/self/stat); echo "pgrp=$5 tpgid=$8"`)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	var buf bytes.Buffer
+	done := make(chan struct{})
+	go func() { _, _ = io.Copy(&buf, master); close(done) }()
+	_ = cmd.Wait()
+	<-done
+	var pgrp, tpgid int
+	if _, err := fmt.Sscanf(strings.TrimSpace(buf.String()), "pgrp=%d tpgid=%d", &pgrp, &tpgid); err != nil {
+		t.Fatalf("child printed %q: %v", buf.String(), err)
+	}
+	if pgrp != tpgid || pgrp == cmd.Process.Pid {
+		t.Errorf("child pgrp %d, terminal foreground %d, lifeboat %d: want the child's own group in the foreground", pgrp, tpgid, cmd.Process.Pid)
+	}
+}
+
+// openPTY opens a pseudo-terminal pair.
+func openPTY(t *testing.T) (*os.File, *os.File) {
+	t.Helper()
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("open /dev/ptmx: %v", err)
+	}
+	t.Cleanup(func() { master.Close() })
+	unlock := 0
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, master.Fd(), unix.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); errno != 0 {
+		t.Fatalf("unlock pty: %v", errno)
+	}
+	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatalf("pty number: %v", err)
+	}
+	slave, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("open pty slave: %v", err)
+	}
+	return master, slave
+}
+
+// TestSignalFlood: 1000 signals in a tight loop neither crash nor hang
+// lifeboat, which then still stops the child on TERM.
+func TestSignalFlood(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "rec")
+			p := start(t, mode, "run", "--", childBin, "record", out, "TERM")
+			waitFile(t, p, out+".ready")
+			flood := []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGHUP, syscall.SIGWINCH, syscall.SIGCONT, syscall.SIGALRM, syscall.SIGSEGV}
+			for i := 0; i < 1000; i++ {
+				if err := syscall.Kill(p.pid, flood[i%len(flood)]); err != nil {
+					t.Fatalf("signal %d: lifeboat gone: %v", i, err)
+				}
+			}
+			if !p.alive() {
+				t.Fatalf("lifeboat died under the flood; stderr:\n%s", p.stderr.String())
+			}
+			p.signal(syscall.SIGTERM)
+			if code := p.wait(); code != 143 {
+				t.Errorf("exit %d after the flood and TERM, want 143; stderr tail:\n%s", code, tail(p.stderr.String()))
+			}
+		})
+	}
+}
+
+func tail(s string) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > 20 {
+		lines = lines[len(lines)-20:]
+	}
+	return strings.Join(lines, "\n")
+}

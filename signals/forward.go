@@ -1,0 +1,89 @@
+package signals
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Linux signal numbering: glibc reserves 32 and 33 for its threads, so the
+// first real-time signal a program may use is 34; the last is 64.
+const (
+	sigRTMin  = 34
+	maxSignal = 64
+)
+
+// KillFunc sends sig to pid: unix.Kill in production, a recorder in tests.
+// A negative pid addresses a process group.
+type KillFunc func(pid int, sig unix.Signal) error
+
+// Forwardable reports whether lifeboat relays sig to the child. SIGCHLD
+// belongs to the reaper, SIGURG to the Go runtime's preemption, SIGTTIN and
+// SIGTTOU are the kernel's notices about lifeboat's own terminal access
+// (relaying them would stop the child), and KILL and STOP cannot be caught.
+func Forwardable(sig unix.Signal) bool {
+	switch sig {
+	case 0, unix.SIGCHLD, unix.SIGURG, unix.SIGTTIN, unix.SIGTTOU, unix.SIGKILL, unix.SIGSTOP:
+		return false
+	}
+	return sig > 0 && int(sig) <= maxSignal
+}
+
+// Target says where forwarded signals go.
+type Target struct {
+	Pid       int  // the direct child
+	ChildOnly bool // send to Pid only, not to its process group
+}
+
+// Send delivers sig to the target: the child's process group (the child
+// leads it), or the child alone when ChildOnly is set. ESRCH (the target is
+// already gone) is returned like any other error; callers decide.
+func (t Target) Send(kill KillFunc, sig unix.Signal) error {
+	if t.ChildOnly {
+		return kill(t.Pid, sig)
+	}
+	return kill(-t.Pid, sig)
+}
+
+// Forward relays signals from in to the target until ctx ends, applying rw.
+// Signals that are not Forwardable are dropped. Failed sends are logged;
+// ESRCH is expected when the child has just exited and is only logged at
+// debug level. Forward is for callers that have no other use for signals;
+// the supervisor's own loop calls Deliver inline instead.
+func Forward(ctx context.Context, in <-chan os.Signal, t Target, rw Rewrite, kill KillFunc, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-in:
+			sig, ok := s.(unix.Signal)
+			if !ok {
+				continue
+			}
+			Deliver(t, rw, kill, sig, log)
+		}
+	}
+}
+
+// Deliver forwards one received signal to the target, rewritten by rw. It
+// reports whether a signal was sent.
+func Deliver(t Target, rw Rewrite, kill KillFunc, sig unix.Signal, log *slog.Logger) bool {
+	if !Forwardable(sig) {
+		return false
+	}
+	out := rw.Apply(sig)
+	err := t.Send(kill, out)
+	switch {
+	case err == nil:
+		log.Debug("signal.forwarded", "received", Name(sig), "sent", Name(out), "pid", t.Pid, "group", !t.ChildOnly)
+		return true
+	case errors.Is(err, unix.ESRCH):
+		log.Debug("signal.forward_no_target", "signal", Name(out), "pid", t.Pid)
+	default:
+		log.Warn("signal.forward_failed", "signal", Name(out), "pid", t.Pid, "err", err)
+	}
+	return false
+}

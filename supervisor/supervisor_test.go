@@ -1,0 +1,256 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lifeboat-project/lifeboat/signals"
+)
+
+func TestStatusAndExitCode(t *testing.T) {
+	exited := func(c int) unix.WaitStatus { return unix.WaitStatus(c << 8) }
+	signaled := func(s unix.Signal) unix.WaitStatus { return unix.WaitStatus(s) }
+	for _, tc := range []struct {
+		name      string
+		ws        unix.WaitStatus
+		preempted bool
+		preempt   int
+		want      int
+	}{
+		{"exit 0", exited(0), false, 143, 0},
+		{"exit 3", exited(3), false, 143, 3},
+		{"exit 255", exited(255), false, 143, 255},
+		{"killed by TERM", signaled(unix.SIGTERM), false, 143, 143},
+		{"killed by KILL", signaled(unix.SIGKILL), true, 143, 137},
+		{"preempted exit 0", exited(0), true, 143, 143},
+		{"preempted exit 0, custom code", exited(0), true, 99, 99},
+		{"preempted exit 0, keep child's", exited(0), true, PreemptChild, 0},
+		{"preempted exit 1 keeps 1", exited(1), true, 143, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := exitCode(tc.ws, tc.preempted, tc.preempt); got != tc.want {
+				t.Errorf("exitCode = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseStat(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want proc
+		ok   bool
+	}{
+		{"42 (python) S 1 42 42 0 -1", proc{42, 1, 'S'}, true},
+		{"43 (a) b) (c) Z 42 43 43", proc{43, 42, 'Z'}, true},
+		{"44 (with space) R 7 1", proc{44, 7, 'R'}, true},
+		{"garbage", proc{}, false},
+		{"45 (x) S", proc{}, false},
+		{"x (y) S 1", proc{}, false},
+	} {
+		got, ok := parseStat([]byte(tc.in))
+		if ok != tc.ok || (ok && got != tc.want) {
+			t.Errorf("parseStat(%q) = %+v, %v; want %+v, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// writeProc writes a fake /proc tree: pid -> "ppid state".
+func writeProc(t *testing.T, procs map[int]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for pid, rest := range procs {
+		dir := filepath.Join(root, itoa(pid))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(rest)
+		stat := itoa(pid) + " (p " + itoa(pid) + ") " + f[1] + " " + f[0] + " 0 0"
+		if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(root, "self"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func itoa(i int) string { return fmtInt(i) }
+
+func fmtInt(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; i > 0; i /= 10 {
+		b = append([]byte{byte('0' + i%10)}, b...)
+	}
+	return string(b)
+}
+
+func TestDescendants(t *testing.T) {
+	// 1 is lifeboat; 10 the child; 11 its worker; 12 a zombie; 20 an
+	// escapee reparented to 1; 30 a process outside the tree.
+	root := writeProc(t, map[int]string{
+		1: "0 S", 10: "1 S", 11: "10 R", 12: "10 Z", 13: "11 S", 20: "1 S", 30: "0 S", 31: "30 S",
+	})
+	procs, err := readProcs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := descendants(procs, 1)
+	want := []int{10, 20, 11, 13}
+	if len(got) != len(want) {
+		t.Fatalf("descendants = %v, want %v (any order, parents first)", got, want)
+	}
+	seen := map[int]bool{}
+	for _, p := range got {
+		seen[p] = true
+	}
+	for _, p := range want {
+		if !seen[p] {
+			t.Errorf("descendants = %v, missing %d", got, p)
+		}
+	}
+	if _, err := readProcs(filepath.Join(root, "missing")); err == nil {
+		t.Errorf("readProcs of a missing dir succeeded")
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "no command given"},
+		{Config{Argv: []string{"x"}, Grace: -time.Second}, "--grace (LIFEBOAT_GRACE)"},
+		{Config{Argv: []string{"x"}, PreemptExitCode: 300}, "--preempt-exit-code (LIFEBOAT_PREEMPT_EXIT_CODE)"},
+		{Config{Argv: []string{"x"}, StopSignals: []unix.Signal{unix.SIGCHLD}}, "--stop-signals (LIFEBOAT_STOP_SIGNALS)"},
+	} {
+		err := tc.cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%+v) = %v, want it to mention %q", tc.cfg, err, tc.want)
+		}
+	}
+	ok := Config{Argv: []string{"x"}}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("Validate of a good config: %v", err)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "train")
+	noexec := filepath.Join(dir, "data")
+	_ = os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755)
+	_ = os.WriteFile(noexec, []byte("x"), 0o644)
+	env := []string{"PATH=" + dir}
+	for _, tc := range []struct {
+		argv0 string
+		path  string
+		code  int
+	}{
+		{"train", exe, 0}, {exe, exe, 0}, {"data", "", CodeNotExecutable}, {noexec, "", CodeNotExecutable},
+		{"nope", "", CodeNotFound}, {filepath.Join(dir, "nope"), "", CodeNotFound}, {dir, "", CodeNotExecutable},
+		{"", "", CodeNotFound},
+	} {
+		got, err := resolve(tc.argv0, env)
+		var ee *ExitError
+		switch {
+		case tc.code == 0 && (err != nil || got != tc.path):
+			t.Errorf("resolve(%q) = %q, %v; want %q", tc.argv0, got, err, tc.path)
+		case tc.code != 0 && (!errors.As(err, &ee) || ee.Code != tc.code):
+			t.Errorf("resolve(%q) error %v, want exit code %d", tc.argv0, err, tc.code)
+		}
+	}
+}
+
+// sendRecorder wraps unix.Kill and records every call.
+type sendRecorder struct {
+	mu   sync.Mutex
+	sent []string
+}
+
+func (r *sendRecorder) kill(pid int, sig unix.Signal) error {
+	r.mu.Lock()
+	r.sent = append(r.sent, signals.Name(sig))
+	r.mu.Unlock()
+	return unix.Kill(pid, sig)
+}
+
+// TestRunInjectedSignals drives the loop through its seams: signals come
+// from a channel, sends go through a recording KillFunc.
+func TestRunInjectedSignals(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make(chan os.Signal, 4)
+	rec := &sendRecorder{}
+	ready := filepath.Join(t.TempDir(), "ready")
+	in <- unix.SIGURG // never forwarded
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(context.Background(), Config{
+			Argv:    []string{sh, "-c", `trap 'exit 0' USR1; touch "$0"; while :; do sleep 0.05; done`, ready},
+			Signals: in, Kill: rec.kill, Rewrite: signals.Rewrite{unix.SIGTERM: unix.SIGUSR1},
+		})
+	}()
+	for {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	in <- unix.SIGTERM
+	err = <-done
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Code != DefaultPreemptExitCode || !ee.Preempted {
+		t.Fatalf("Run = %v, want preempted exit 143", err)
+	}
+	if !reflect.DeepEqual(rec.sent[:1], []string{"USR1"}) {
+		t.Errorf("sent %v, want USR1 first", rec.sent)
+	}
+}
+
+// TestRunContextDone: a cancelled context stops the child as the first
+// stop signal would.
+func TestRunContextDone(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := Run(ctx, Config{Argv: []string{"sleep", "60"}, Signals: make(chan os.Signal)})
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Code != 143 || !ee.Preempted {
+		t.Fatalf("Run = %v, want 143 after TERM from the cancelled context", err)
+	}
+}
+
+// TestImports keeps the PID-1 path free of heavy dependencies: only the
+// standard library, golang.org/x/sys/unix and lifeboat's signals package.
+func TestImports(t *testing.T) {
+	for _, pkg := range []string{".", "../signals"} {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", pkg, err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			switch dep {
+			case "golang.org/x/sys/unix", "github.com/lifeboat-project/lifeboat/signals",
+				"github.com/lifeboat-project/lifeboat/supervisor":
+			default:
+				t.Errorf("%s depends on %s", pkg, dep)
+			}
+		}
+	}
+}
