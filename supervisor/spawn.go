@@ -130,4 +130,3 @@ func becomeSubreaper() error {
 	}
 	return nil
 }
-

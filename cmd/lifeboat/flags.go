@@ -69,7 +69,6 @@ func flagUsage(fs *flag.FlagSet, w io.Writer, synopsis string) func() {
 	}
 }
 
-
 // envError is a bad value in a flag's environment variable.
 type envError struct {
 	name, value string

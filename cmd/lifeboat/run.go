@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"time"
 
-
 	"github.com/lifeboat-project/lifeboat/signals"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
@@ -143,4 +142,3 @@ func isParseError(err error) bool {
 	var envErr *envError
 	return !errors.As(err, &envErr)
 }
-
