@@ -1,0 +1,25 @@
+# syntax=docker/dockerfile:1
+#
+# Multi-stage build of a static lifeboat binary into an image that holds
+# nothing else. Derived trainer images copy /lifeboat out of it:
+#
+#   COPY --from=lifeboat:dev /lifeboat /usr/local/bin/lifeboat
+#
+# GO_IMAGE is any image with the Go toolchain at /usr/local/go (golang:1.26
+# where a registry is reachable). scripts/docker-build.sh builds a local one
+# from this machine's toolchain with `docker import`, because no image
+# registry is reachable here, and passes it in.
+ARG GO_IMAGE=golang:1.26
+FROM ${GO_IMAGE} AS build
+ENV PATH=/usr/local/go/bin:$PATH CGO_ENABLED=0 GOFLAGS=-trimpath HOME=/tmp GOCACHE=/tmp/gocache GOMODCACHE=/tmp/gomod
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=dev
+RUN go build -ldflags "-s -w -X main.version=${VERSION}" -o /out/lifeboat ./cmd/lifeboat
+
+FROM scratch
+COPY --from=build /out/lifeboat /lifeboat
+ENTRYPOINT ["/lifeboat"]
+CMD ["help"]

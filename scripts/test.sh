@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs lifeboat's whole test suite: installs what the tests need, builds (or
+# reuses) and starts a MinIO server on 127.0.0.1, runs `go test -race ./...`
+# against it, builds the Docker image, and stops the server.
+#
+#   scripts/test.sh [go test flags...]      e.g. scripts/test.sh -run TestExitCodes ./cmd/...
+#
+# With CI set (or LIFEBOAT_TEST_DISALLOW_SKIP=1) a test that would skip for a
+# missing prerequisite fails instead. LIFEBOAT_TEST_DOCKER=0 leaves out the
+# image build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+need_pkgs unshare:util-linux python3:python3 sh:dash curl:curl git:git
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/lifeboat-test.XXXXXX")
+cleanup() {
+	scripts/minio.sh stop "$work" >/dev/null 2>&1 || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+log "MinIO server"
+scripts/minio.sh install >/dev/null
+scripts/minio.sh start "$work/minio" >&2
+# shellcheck disable=SC1091
+. "$work/minio/env"
+
+args=("$@")
+if ((${#args[@]} == 0)); then
+	args=(./...)
+fi
+log "go test -race ${args[*]}"
+go test -race -count=1 -timeout 30m "${args[@]}"
+
+if [ "${LIFEBOAT_TEST_DOCKER:-1}" != 0 ] && (($# == 0)); then
+	log "Docker image"
+	scripts/docker-build.sh >&2
+fi
+log "all tests passed"
