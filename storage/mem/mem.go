@@ -72,6 +72,9 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, op
 	if err != nil {
 		return storage.ObjectInfo{}, fmt.Errorf("mem: put %s: read: %w", key, err)
 	}
+	if err := ctx.Err(); err != nil { // cancelled while reading: store nothing
+		return storage.ObjectInfo{}, fmt.Errorf("mem: put %s: %w", key, err)
+	}
 	if size >= 0 && int64(len(data)) != size {
 		return storage.ObjectInfo{}, fmt.Errorf("mem: put %s: read %d bytes, want %d", key, len(data), size)
 	}

@@ -1,0 +1,203 @@
+package checkpoint
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"io/fs"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lifeboat-project/lifeboat/storage"
+	fsstore "github.com/lifeboat-project/lifeboat/storage/fs"
+	"github.com/lifeboat-project/lifeboat/storage/mem"
+)
+
+const testChunk = 64 << 10
+
+// noWait retries up to 3 times without sleeping.
+func noWait(attempt int) (time.Duration, bool) { return 0, attempt <= 3 }
+
+// fakeClock is a Clock tests move by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func newUploader(s storage.Store, clock *fakeClock) *Uploader {
+	u := &Uploader{Store: s, ChunkSize: testChunk, Workers: 3, Buffers: 4, Backoff: noWait}
+	if clock != nil {
+		u.Clock = clock.Now
+	}
+	return u
+}
+
+// stores runs fn against each backend the round-trip tests cover: the
+// in-memory store and a directory store.
+func stores(t *testing.T, fn func(t *testing.T, s storage.Store)) {
+	t.Helper()
+	t.Run("mem", func(t *testing.T) { fn(t, mem.New()) })
+	t.Run("fs", func(t *testing.T) {
+		s, err := fsstore.New(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(t, s)
+	})
+}
+
+func randomBytes(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, 7))
+	b := make([]byte, n)
+	fillRandom(r, b)
+	for i := n &^ 7; i < n; i++ {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// tree is a checkpoint directory's files by slash path.
+type tree map[string][]byte
+
+// sampleTree looks like a small Paddle checkpoint: a large params file, an
+// optimizer file, metadata and an empty file, one in a subdirectory.
+// Trees are cached by seed; callers may replace entries but must not
+// modify the byte slices.
+func sampleTree(seed uint64) tree {
+	if cached, ok := sampleTrees.Load(seed); ok {
+		return maps.Clone(cached.(tree))
+	}
+	tr := tree{
+		"model.pdparams":     randomBytes(seed, 20*testChunk+123),
+		"model.pdopt":        randomBytes(seed+1000, 7*testChunk),
+		"meta/trainer.json":  []byte(`{"step": 1}`),
+		"meta/empty.marker":  {},
+		"rng/rank_state.bin": randomBytes(seed+2000, 999),
+	}
+	sampleTrees.Store(seed, tr)
+	return maps.Clone(tr)
+}
+
+var sampleTrees sync.Map
+
+func writeTree(t *testing.T, dir string, tr tree) {
+	t.Helper()
+	for p, b := range tr {
+		full := filepath.Join(dir, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, b, 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func readTree(t *testing.T, dir string) tree {
+	t.Helper()
+	tr := tree{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		tr[filepath.ToSlash(rel)] = b
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+func checkTree(t *testing.T, dir string, want tree) {
+	t.Helper()
+	got := readTree(t, dir)
+	for p, b := range want {
+		g, ok := got[p]
+		if !ok {
+			t.Errorf("%s: missing after restore", p)
+			continue
+		}
+		if !bytes.Equal(g, b) {
+			t.Errorf("%s: restored %d bytes differ from the %d uploaded", p, len(g), len(b))
+		}
+	}
+	for p := range got {
+		if _, ok := want[p]; !ok {
+			t.Errorf("%s: unexpected file after restore", p)
+		}
+	}
+}
+
+// upload writes tr into a fresh directory and uploads it.
+func upload(t *testing.T, u *Uploader, step int64, rank, n int, tr tree) *UploadResult {
+	t.Helper()
+	dir := t.TempDir()
+	writeTree(t, dir, tr)
+	res, err := u.Upload(context.Background(), dir, step, rank, n)
+	if err != nil {
+		t.Fatalf("upload step %d rank %d: %v", step, rank, err)
+	}
+	return res
+}
+
+func getBytes(t *testing.T, s storage.Store, key string) []byte {
+	t.Helper()
+	rc, err := s.Get(context.Background(), key, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func putBytes(t *testing.T, s storage.Store, key string, b []byte) {
+	t.Helper()
+	if _, err := s.Put(context.Background(), key, bytes.NewReader(b), int64(len(b)), storage.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func storedKeys(t *testing.T, s storage.Store, prefix string) []string {
+	t.Helper()
+	var keys []string
+	if err := s.List(context.Background(), prefix, func(oi storage.ObjectInfo) error {
+		keys = append(keys, oi.Key)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+func fsNew(t *testing.T) (storage.Store, error) { return fsstore.New(t.TempDir()) }

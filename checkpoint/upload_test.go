@@ -1,0 +1,205 @@
+package checkpoint
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/lifeboat-project/lifeboat/storage"
+	"github.com/lifeboat-project/lifeboat/storage/mem"
+)
+
+func TestRoundTrip(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	stores(t, func(t *testing.T, s storage.Store) {
+		ctx := context.Background()
+		tr := sampleTree(1)
+		res := upload(t, newUploader(s, nil), 100, 0, 1, tr)
+		if res.Files != len(tr) || res.UploadedBytes != res.Bytes || res.DedupedBytes != 0 {
+			t.Errorf("first upload: files %d uploaded %d deduped %d of %d bytes", res.Files, res.UploadedBytes, res.DedupedBytes, res.Bytes)
+		}
+		if res.Key != "snapshots/00000000000000000100/rank-00000-of-00001.json" {
+			t.Errorf("manifest key %q", res.Key)
+		}
+		dir := t.TempDir()
+		rr, err := Restore(ctx, s, 100, 0, dir, RestoreOptions{Workers: 3, Backoff: noWait})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkTree(t, dir, tr)
+		if rr.Bytes != res.Bytes || rr.Manifest.ID != res.Manifest.ID {
+			t.Errorf("restore result %+v, upload %+v", rr, res)
+		}
+		fi, err := os.Stat(filepath.Join(dir, "model.pdparams"))
+		if err != nil || fi.Mode().Perm() != 0o640 {
+			t.Errorf("restored mode %v, %v; want 0640", fi.Mode(), err)
+		}
+		step, err := Latest(ctx, s, 1)
+		if err != nil || step != 100 {
+			t.Errorf("Latest = %d, %v; want 100", step, err)
+		}
+		rep, err := Verify(ctx, s, 100, VerifyOptions{ReadData: Subset{1, 1}, Backoff: noWait})
+		if err != nil || !rep.OK() || rep.ChunksRead != rep.Chunks || rep.Manifests != 1 {
+			t.Errorf("Verify = %+v, %v", rep, err)
+		}
+	})
+}
+
+func TestUploadDedupe(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	stores(t, func(t *testing.T, s storage.Store) {
+		u := newUploader(s, nil)
+		tr := sampleTree(2)
+		first := upload(t, u, 1, 0, 1, tr)
+
+		same := upload(t, u, 2, 0, 1, tr)
+		if float64(same.UploadedBytes) > 0.01*float64(same.Bytes) {
+			t.Errorf("unchanged re-upload moved %d of %d bytes, want <= 1%%", same.UploadedBytes, same.Bytes)
+		}
+		if same.DedupedBytes+same.UploadedBytes != first.Bytes {
+			t.Errorf("deduped %d + uploaded %d != %d", same.DedupedBytes, same.UploadedBytes, first.Bytes)
+		}
+
+		// Overwrite a contiguous, unaligned run of params in place, as a
+		// LoRA or partially frozen model does.
+		changed := 3 * testChunk
+		params := bytes.Clone(tr["model.pdparams"])
+		copy(params[5*testChunk+1000:], randomBytes(99, changed))
+		tr["model.pdparams"] = params
+		part := upload(t, u, 3, 0, 1, tr)
+		if max := int64(changed + 2*testChunk); part.UploadedBytes > max {
+			t.Errorf("in-place change of %d bytes moved %d, want <= %d", changed, part.UploadedBytes, max)
+		}
+		dir := t.TempDir()
+		if _, err := Restore(context.Background(), s, 3, 0, dir, RestoreOptions{Backoff: noWait}); err != nil {
+			t.Fatal(err)
+		}
+		checkTree(t, dir, tr)
+	})
+}
+
+func TestUploadDuplicateChunksInOneSnapshot(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	s := mem.New()
+	zeros := make([]byte, 10*testChunk)
+	res := upload(t, newUploader(s, nil), 1, 0, 1, tree{"a": zeros, "b": zeros})
+	if res.UploadedChunks != 1 || res.DedupedChunks != 19 {
+		t.Errorf("uploaded %d deduped %d chunks; want 1 and 19", res.UploadedChunks, res.DedupedChunks)
+	}
+	dir := t.TempDir()
+	if _, err := Restore(context.Background(), s, 1, 0, dir, RestoreOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	checkTree(t, dir, tree{"a": zeros, "b": zeros})
+}
+
+func TestUploadSkipsNonRegularFiles(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	s := mem.New()
+	dir := t.TempDir()
+	writeTree(t, dir, tree{"a": []byte("a")})
+	if err := os.Symlink("a", filepath.Join(dir, "latest")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, tempPrefix+"x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeTree(t, filepath.Join(dir, tempPrefix+"x"), tree{"junk": []byte("junk")})
+	res, err := newUploader(s, nil).Upload(context.Background(), dir, 1, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Manifest.Files) != 1 || res.Manifest.Files[0].Path != "a" || len(res.Skipped) != 1 || res.Skipped[0] != "latest" {
+		t.Errorf("files %+v skipped %v; want only a, skipping latest", res.Manifest.Files, res.Skipped)
+	}
+}
+
+func TestUploadIsIdempotentAndStepsImmutable(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	s := mem.New()
+	u := newUploader(s, nil)
+	tr := sampleTree(3)
+	first := upload(t, u, 5, 0, 1, tr)
+	again := upload(t, u, 5, 0, 1, tr)
+	if !again.AlreadyCommitted || again.Manifest.ID != first.Manifest.ID {
+		t.Errorf("re-upload of the same files: AlreadyCommitted %v id %s, want true and %s", again.AlreadyCommitted, again.Manifest.ID, first.Manifest.ID)
+	}
+	dir := t.TempDir()
+	writeTree(t, dir, sampleTree(4))
+	if _, err := u.Upload(context.Background(), dir, 5, 0, 1); !errors.Is(err, storage.ErrExists) {
+		t.Errorf("upload of other files to a committed step = %v, want ErrExists", err)
+	}
+}
+
+func TestUploadInvalidArguments(t *testing.T) {
+	s := mem.New()
+	tests := []struct {
+		name           string
+		u              Uploader
+		step           int64
+		rank, n        int
+	}{
+		{"no store", Uploader{}, 1, 0, 1},
+		{"negative step", Uploader{Store: s}, -1, 0, 1},
+		{"rank out of range", Uploader{Store: s}, 1, 1, 1},
+		{"zero world", Uploader{Store: s}, 1, 0, 0},
+		{"huge chunks", Uploader{Store: s, ChunkSize: MaxChunkSize + 1}, 1, 0, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := tt.u.Upload(context.Background(), t.TempDir(), tt.step, tt.rank, tt.n); err == nil {
+				t.Error("Upload succeeded")
+			}
+		})
+	}
+}
+
+func TestMultiRank(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	stores(t, func(t *testing.T, s storage.Store) {
+		ctx := context.Background()
+		u := newUploader(s, nil)
+		trees := map[[2]int]tree{}
+		for step := 1; step <= 2; step++ {
+			for rank := range 3 {
+				if step == 2 && rank == 1 {
+					continue // rank 1 was preempted before it committed step 2
+				}
+				tr := sampleTree(uint64(10*step + rank))
+				trees[[2]int{step, rank}] = tr
+				upload(t, u, int64(step), rank, 3, tr)
+			}
+		}
+		if step, err := Latest(ctx, s, 3); err != nil || step != 1 {
+			t.Errorf("Latest(3) = %d, %v; want 1", step, err)
+		}
+		if _, err := Latest(ctx, s, 2); !errors.Is(err, ErrNoCheckpoint) {
+			t.Errorf("Latest(2) = %v, want ErrNoCheckpoint", err)
+		}
+		snaps, err := List(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(snaps) != 2 || !snaps[0].Complete || snaps[1].Complete || len(snaps[1].Ranks) != 2 ||
+			snaps[1].Ranks[0].Rank != 0 || snaps[1].Ranks[1].Rank != 2 || snaps[0].Bytes == 0 {
+			t.Errorf("List = %+v", snaps)
+		}
+		for rank := range 3 {
+			dir := t.TempDir()
+			res, err := RestoreLatest(ctx, s, rank, dir, RestoreOptions{WorldSize: 3, Backoff: noWait})
+			if err != nil || res.Step != 1 || len(res.Fallbacks) != 0 {
+				t.Fatalf("RestoreLatest rank %d = %+v, %v; want step 1", rank, res, err)
+			}
+			checkTree(t, dir, trees[[2]int{1, rank}])
+		}
+		rep, err := Verify(ctx, s, 2, VerifyOptions{Backoff: noWait})
+		if err != nil || len(rep.Problems) != 1 || rep.Problems[0].Kind != MissingManifest {
+			t.Errorf("Verify step 2 = %+v, %v; want one missing manifest", rep, err)
+		}
+	})
+}
