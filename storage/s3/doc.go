@@ -1,0 +1,19 @@
+// Package s3 is the S3 backend of storage.Store, on minio-go. It talks to AWS
+// S3, MinIO and other S3-compatible servers.
+//
+// Integrity: every object's SHA-256 is computed once, while its bytes are
+// read, and returned in ObjectInfo.SHA256. Objects up to Config.PartSize go
+// up in one PUT whose x-amz-content-sha256 (the v4 signature's payload hash)
+// and x-amz-checksum-sha256 are that same digest, so the server verifies it
+// and no second hash runs. Larger objects go up as parallel multipart parts,
+// each signed as UNSIGNED-PAYLOAD and guarded by a CRC32C checksum the server
+// verifies; the object's SHA-256 is still computed on the stream, and checked
+// against PutOptions.SHA256 before the upload is completed, because S3 has
+// no full-object SHA-256 for multipart uploads. A failed or cancelled Put
+// aborts its multipart upload. Create-only Puts send If-None-Match: * on the
+// PUT or on CompleteMultipartUpload.
+//
+// Stat reports the SHA-256 where it was known when the upload began (every
+// single-PUT object, and multipart objects whose caller passed it); List
+// does not report it.
+package s3

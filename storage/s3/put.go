@@ -1,0 +1,293 @@
+package s3
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/lifeboat-project/lifeboat/storage"
+)
+
+var crc32c = crc32.MakeTable(crc32.Castagnoli)
+
+// Put uploads r under key: in one PUT when it fits in a part, else as a
+// parallel multipart upload. See the package doc for how integrity is kept.
+func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, opts storage.PutOptions) (storage.ObjectInfo, error) {
+	if err := storage.CheckKey(key); err != nil {
+		return storage.ObjectInfo{}, fmt.Errorf("s3: put: %w", err)
+	}
+	if opts.SHA256 != "" {
+		if b, err := hex.DecodeString(opts.SHA256); err != nil || len(b) != sha256.Size {
+			return storage.ObjectInfo{}, storage.Permanent(fmt.Errorf("s3: put %s: PutOptions.SHA256 %q is not a hex SHA-256: %w", key, opts.SHA256, storage.ErrChecksum))
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return storage.ObjectInfo{}, fmt.Errorf("s3: put %s: %w", key, err)
+	}
+	partSize := s.cfg.PartSize
+	if size > partSize*maxParts {
+		partSize = (size + maxParts - 1) / maxParts
+		if partSize > MaxPartSize {
+			return storage.ObjectInfo{}, storage.Permanent(fmt.Errorf("s3: put %s: %d bytes is more than S3 allows in one object", key, size))
+		}
+	}
+
+	bp := s.bufs.Get().(*[]byte)
+	first := *bp
+	if int64(len(first)) != partSize {
+		first = make([]byte, partSize)
+	}
+	want := partSize
+	if size >= 0 && size < want {
+		want = size
+	}
+	n, err := s.read(ctx, r, first[:want])
+	if err != nil && err != io.ErrUnexpectedEOF {
+		s.bufs.Put(bp)
+		return storage.ObjectInfo{}, fmt.Errorf("s3: put %s: read: %w", key, err)
+	}
+	short := err == io.ErrUnexpectedEOF
+	if size >= 0 && int64(n) != min(size, partSize) {
+		s.bufs.Put(bp)
+		return storage.ObjectInfo{}, fmt.Errorf("s3: put %s: read %d bytes, want size %d: %w", key, n, size, io.ErrUnexpectedEOF)
+	}
+	if size == int64(n) || (size < 0 && short) || (size < 0 && n == 0) {
+		info, err := s.putSingle(ctx, key, first[:n], opts)
+		s.bufs.Put(bp)
+		return info, err
+	}
+	return s.putMultipart(ctx, key, r, size, partSize, first[:n], bp, opts)
+}
+
+// read fills p from r like io.ReadFull, honouring ctx and the upload limit.
+// It returns io.ErrUnexpectedEOF when r ends before p is full (also when it
+// is empty).
+func (s *Store) read(ctx context.Context, r io.Reader, p []byte) (int, error) {
+	const chunk = 1 << 20
+	n := 0
+	for n < len(p) {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		m, err := r.Read(p[n:min(len(p), n+chunk)])
+		if m > 0 && s.limiter != nil {
+			if werr := s.limiter.WaitN(ctx, m); werr != nil {
+				return n, werr
+			}
+		}
+		n += m
+		if err == io.EOF {
+			return n, io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// putOptions returns the options shared by every request of a Put.
+func putOptions(opts storage.PutOptions, meta map[string]string) minio.PutObjectOptions {
+	po := minio.PutObjectOptions{UserMetadata: meta, DisableContentSha256: true}
+	if opts.IfNotExists {
+		po.SetMatchETagExcept("*")
+	}
+	return po
+}
+
+// putSingle uploads b in one PUT. Its SHA-256 (given or computed here, once)
+// is both the signed payload hash and the stored x-amz-checksum-sha256, so
+// the server checks it.
+func (s *Store) putSingle(ctx context.Context, key string, b []byte, opts storage.PutOptions) (storage.ObjectInfo, error) {
+	sum := opts.SHA256
+	if sum == "" {
+		h := sha256.Sum256(b)
+		sum = hex.EncodeToString(h[:])
+	}
+	raw, _ := hex.DecodeString(sum)
+	po := putOptions(opts, map[string]string{
+		"x-amz-checksum-sha256": base64.StdEncoding.EncodeToString(raw),
+		metaSHA256:              sum,
+	})
+	// The body is a bytes.Reader, so minio-go can retry the request.
+	ui, err := s.core.PutObject(ctx, s.cfg.Bucket, s.prefix+key, bytes.NewReader(b), int64(len(b)), "", sum, po)
+	if err != nil {
+		return storage.ObjectInfo{}, s.translate("put", key, err)
+	}
+	return storage.ObjectInfo{Key: key, Size: int64(len(b)), ModTime: modTime(ui.LastModified), SHA256: sum}, nil
+}
+
+// modTime is t, or now when the server did not say.
+func modTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Now()
+	}
+	return t
+}
+
+// part is one filled buffer on its way to a worker.
+type part struct {
+	num int
+	buf []byte
+	bp  *[]byte // pool entry to return, or nil
+}
+
+// putMultipart uploads first and the rest of r as a multipart upload with
+// Parallelism parts in flight. The reading goroutine hashes the stream;
+// workers checksum (CRC32C) and upload parts. Any failure aborts the upload.
+func (s *Store) putMultipart(ctx context.Context, key string, r io.Reader, size, partSize int64, first []byte, firstBP *[]byte, opts storage.PutOptions) (info storage.ObjectInfo, err error) {
+	obj := s.prefix + key
+	meta := map[string]string{"x-amz-checksum-algorithm": "CRC32C"}
+	if opts.SHA256 != "" {
+		meta[metaSHA256] = opts.SHA256 // checked before Complete
+	}
+	uploadID, err := s.core.NewMultipartUpload(ctx, s.cfg.Bucket, obj, putOptions(opts, meta))
+	if err != nil {
+		s.bufs.Put(firstBP)
+		return storage.ObjectInfo{}, s.translate("put", key, err)
+	}
+	defer func() {
+		if err != nil {
+			// Abort even when ctx is done: no unfinished upload is left.
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			_ = s.core.AbortMultipartUpload(actx, s.cfg.Bucket, obj, uploadID)
+		}
+	}()
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		mu        sync.Mutex
+		completed []minio.CompletePart
+		wg        sync.WaitGroup
+		parts     = make(chan part)
+	)
+	for range s.cfg.Parallelism {
+		wg.Go(func() {
+			for p := range parts {
+				cp, err := s.uploadPart(ctx, obj, uploadID, p)
+				if p.bp != nil {
+					s.bufs.Put(p.bp)
+				}
+				if err != nil {
+					cancel(err)
+					continue
+				}
+				mu.Lock()
+				completed = append(completed, cp)
+				mu.Unlock()
+			}
+		})
+	}
+
+	h := sha256.New()
+	total, rerr := s.feed(ctx, r, size, partSize, first, firstBP, h, parts)
+	close(parts)
+	wg.Wait()
+	if cause := context.Cause(ctx); cause != nil {
+		return storage.ObjectInfo{}, s.translate("put", key, cause)
+	}
+	if rerr != nil {
+		return storage.ObjectInfo{}, fmt.Errorf("s3: put %s: %w", key, rerr)
+	}
+	if size >= 0 && total != size {
+		return storage.ObjectInfo{}, fmt.Errorf("s3: put %s: read %d bytes, want size %d: %w", key, total, size, io.ErrUnexpectedEOF)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	if opts.SHA256 != "" && opts.SHA256 != sum {
+		return storage.ObjectInfo{}, storage.Permanent(fmt.Errorf("s3: put %s: got SHA-256 %s, caller said %s: %w", key, sum, opts.SHA256, storage.ErrChecksum))
+	}
+	slices.SortFunc(completed, func(a, b minio.CompletePart) int { return a.PartNumber - b.PartNumber })
+	ui, err := s.core.CompleteMultipartUpload(ctx, s.cfg.Bucket, obj, uploadID, completed, putOptions(opts, nil))
+	if err != nil {
+		return storage.ObjectInfo{}, s.translate("put", key, err)
+	}
+	return storage.ObjectInfo{Key: key, Size: total, ModTime: modTime(ui.LastModified), SHA256: sum}, nil
+}
+
+// feed hashes first and the rest of r into h and hands them to the workers
+// part by part. It returns the bytes read.
+func (s *Store) feed(ctx context.Context, r io.Reader, size, partSize int64, first []byte, firstBP *[]byte, h hash.Hash, parts chan<- part) (int64, error) {
+	send := func(p part) error {
+		h.Write(p.buf)
+		select {
+		case parts <- p:
+			return nil
+		case <-ctx.Done():
+			if p.bp != nil {
+				s.bufs.Put(p.bp)
+			}
+			return context.Cause(ctx)
+		}
+	}
+	total := int64(len(first))
+	if err := send(part{num: 1, buf: first, bp: firstBP}); err != nil {
+		return total, err
+	}
+	for num := 2; size < 0 || total < size; num++ {
+		if num > maxParts {
+			return total, storage.Permanent(fmt.Errorf("more than %d parts of %d bytes; raise the part size (--s3-part-size)", maxParts, partSize))
+		}
+		want := partSize
+		if size >= 0 {
+			want = min(want, size-total)
+		}
+		bp := s.bufs.Get().(*[]byte)
+		buf := *bp
+		if int64(len(buf)) != partSize {
+			buf, bp = make([]byte, partSize), nil
+		}
+		n, err := s.read(ctx, r, buf[:want])
+		total += int64(n)
+		if err != nil && !(err == io.ErrUnexpectedEOF && size < 0) {
+			if bp != nil {
+				s.bufs.Put(bp)
+			}
+			return total, err
+		}
+		if n == 0 { // unknown size ended on a part boundary
+			if bp != nil {
+				s.bufs.Put(bp)
+			}
+			return total, nil
+		}
+		if err := send(part{num: num, buf: buf[:n], bp: bp}); err != nil {
+			return total, err
+		}
+		if err == io.ErrUnexpectedEOF {
+			return total, nil
+		}
+	}
+	return total, nil
+}
+
+// uploadPart uploads one part with its CRC32C for the server to check.
+func (s *Store) uploadPart(ctx context.Context, obj, uploadID string, p part) (minio.CompletePart, error) {
+	var c [4]byte
+	binary.BigEndian.PutUint32(c[:], crc32.Checksum(p.buf, crc32c))
+	crc := base64.StdEncoding.EncodeToString(c[:])
+	hdr := make(map[string][]string, 1)
+	hdr["X-Amz-Checksum-Crc32c"] = []string{crc}
+	op, err := s.core.PutObjectPart(ctx, s.cfg.Bucket, obj, uploadID, p.num, bytes.NewReader(p.buf), int64(len(p.buf)),
+		minio.PutObjectPartOptions{CustomHeader: hdr, DisableContentSha256: true})
+	if err != nil {
+		return minio.CompletePart{}, err
+	}
+	if op.ChecksumCRC32C != "" && op.ChecksumCRC32C != crc {
+		return minio.CompletePart{}, storage.Permanent(fmt.Errorf("part %d: server CRC32C %s, sent %s: %w", p.num, op.ChecksumCRC32C, crc, storage.ErrChecksum))
+	}
+	return minio.CompletePart{PartNumber: p.num, ETag: op.ETag, ChecksumCRC32C: crc}, nil
+}

@@ -1,0 +1,298 @@
+package s3
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	"golang.org/x/time/rate"
+
+	"github.com/lifeboat-project/lifeboat/storage"
+)
+
+// metaSHA256 is the user metadata key that keeps an object's hex SHA-256
+// (sent as x-amz-meta-lifeboat-sha256).
+const metaSHA256 = "Lifeboat-Sha256"
+
+// Store is a storage.Store in one bucket and prefix of an S3 server.
+type Store struct {
+	cfg     Config // with defaults
+	client  *minio.Client
+	core    minio.Core
+	prefix  string        // cfg.Prefix + "/", or ""
+	limiter *rate.Limiter // nil when unlimited
+	bufs    sync.Pool     // *[]byte of cfg.PartSize
+}
+
+var _ storage.Store = (*Store)(nil)
+
+// New connects to the server, checks that the bucket exists (creating it
+// when cfg.CreateBucket is set) and returns the store. Its errors say what
+// is wrong and what to do, name the endpoint and bucket, and never contain
+// credentials.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("s3: invalid configuration: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	u, _ := url.Parse(cfg.Endpoint) // checked by Validate
+	secure := u.Scheme == "https"
+	tr, err := transport(cfg, secure)
+	if err != nil {
+		return nil, err
+	}
+	lookup := minio.BucketLookupAuto
+	switch cfg.BucketLookup {
+	case LookupPath:
+		lookup = minio.BucketLookupPath
+	case LookupDNS:
+		lookup = minio.BucketLookupDNS
+	}
+	client, err := minio.New(u.Host, &minio.Options{
+		Creds:           creds(cfg, tr),
+		Secure:          secure,
+		Transport:       tr,
+		Region:          cfg.Region,
+		BucketLookup:    lookup,
+		TrailingHeaders: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("s3: client for %s: %w", cfg.Endpoint, err)
+	}
+	s := &Store{cfg: cfg, client: client, core: minio.Core{Client: client}}
+	if cfg.Prefix != "" {
+		s.prefix = cfg.Prefix + "/"
+	}
+	if cfg.UploadLimit > 0 {
+		s.limiter = rate.NewLimiter(rate.Limit(cfg.UploadLimit), int(max(cfg.UploadLimit, 1<<20)))
+	}
+	s.bufs.New = func() any {
+		b := make([]byte, cfg.PartSize)
+		return &b
+	}
+	if err := s.checkBucket(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// transport is minio-go's default transport with the CA file added and
+// enough idle connections for the part uploads.
+func transport(cfg Config, secure bool) (*http.Transport, error) {
+	tr, err := minio.DefaultTransport(secure)
+	if err != nil {
+		return nil, fmt.Errorf("s3: transport: %w", err)
+	}
+	tr.MaxIdleConnsPerHost = max(tr.MaxIdleConnsPerHost, 2*cfg.Parallelism)
+	tr.WriteBufferSize = 256 << 10
+	tr.ReadBufferSize = 256 << 10
+	if secure && cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("s3: read CA file (--ca-file, AWS_CA_BUNDLE): %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil || pool == nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("s3: CA file %s (--ca-file, AWS_CA_BUNDLE) holds no PEM certificates", cfg.CAFile)
+		}
+		if tr.TLSClientConfig == nil {
+			tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		tr.TLSClientConfig.RootCAs = pool
+	}
+	return tr, nil
+}
+
+// creds returns the static keys when given, else minio-go's provider chain.
+func creds(cfg Config, tr http.RoundTripper) *credentials.Credentials {
+	if cfg.AccessKey != "" {
+		return credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, cfg.SessionToken)
+	}
+	return credentials.NewChainCredentials([]credentials.Provider{
+		&credentials.EnvAWS{},
+		&credentials.EnvMinio{},
+		&credentials.FileAWSCredentials{},
+		&credentials.IAM{Client: &http.Client{Transport: tr}},
+	})
+}
+
+// checkBucket makes sure the bucket exists, creating it if configured to.
+func (s *Store) checkBucket(ctx context.Context) error {
+	ok, err := s.client.BucketExists(ctx, s.cfg.Bucket)
+	if err != nil {
+		return s.connectError(err)
+	}
+	if ok {
+		return nil
+	}
+	if !s.cfg.CreateBucket {
+		return storage.Permanent(fmt.Errorf("s3: bucket %q does not exist at %s; create it or set --create-bucket", s.cfg.Bucket, s.cfg.Endpoint))
+	}
+	err = s.client.MakeBucket(ctx, s.cfg.Bucket, minio.MakeBucketOptions{Region: s.cfg.Region})
+	var resp minio.ErrorResponse
+	if err != nil && !(errors.As(err, &resp) && (resp.Code == "BucketAlreadyOwnedByYou" || resp.Code == "BucketAlreadyExists")) {
+		return fmt.Errorf("s3: create bucket %q at %s: %w", s.cfg.Bucket, s.cfg.Endpoint, s.connectError(err))
+	}
+	return nil
+}
+
+// connectError explains a failure of the first request to the server.
+func (s *Store) connectError(err error) error {
+	where := fmt.Sprintf("bucket %q at %s", s.cfg.Bucket, s.cfg.Endpoint)
+	var resp minio.ErrorResponse
+	if errors.As(err, &resp) {
+		switch resp.Code {
+		case "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "InvalidClientTokenId":
+			return storage.Permanent(fmt.Errorf("s3: the server refused the credentials for %s (%s: %s); check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the credentials file, or the IAM role)", where, resp.Code, resp.Message))
+		case "AccessDenied", "AllAccessDisabled":
+			return storage.Permanent(fmt.Errorf("s3: access denied to %s (%s); check the credentials and that their policy allows s3:ListBucket, s3:GetObject, s3:PutObject and s3:DeleteObject on the bucket", where, resp.Message))
+		}
+		if resp.StatusCode == http.StatusForbidden {
+			return storage.Permanent(fmt.Errorf("s3: access denied to %s (HTTP 403); check the credentials and the bucket policy", where))
+		}
+	}
+	var uerr x509.UnknownAuthorityError
+	var herr x509.HostnameError
+	var cerr *tls.CertificateVerificationError
+	var rerr tls.RecordHeaderError
+	switch {
+	case errors.As(err, &cerr) || errors.As(err, &uerr) || errors.As(err, &herr):
+		return storage.Permanent(fmt.Errorf("s3: TLS certificate of %s not trusted (%v); set AWS_CA_BUNDLE (--ca-file) to the CA that signed it", s.cfg.Endpoint, errors.Unwrap(errorsRoot(err))))
+	case errors.As(err, &rerr) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		return storage.Permanent(fmt.Errorf("s3: TLS handshake with %s failed; the server does not speak TLS on that port: use http:// in the endpoint", s.cfg.Endpoint))
+	case strings.Contains(err.Error(), "tls:") || strings.Contains(err.Error(), "x509:"):
+		return storage.Permanent(fmt.Errorf("s3: TLS handshake with %s failed: %v; check the endpoint's scheme and AWS_CA_BUNDLE (--ca-file)", s.cfg.Endpoint, errorsRoot(err)))
+	}
+	var operr *net.OpError
+	var dnserr *net.DNSError
+	if errors.As(err, &operr) || errors.As(err, &dnserr) {
+		return fmt.Errorf("s3: cannot reach %s for bucket %q: %v; check --endpoint (AWS_ENDPOINT_URL) and that the server is running", s.cfg.Endpoint, s.cfg.Bucket, errorsRoot(err))
+	}
+	return fmt.Errorf("s3: check %s: %w", where, err)
+}
+
+// errorsRoot strips *url.Error, whose text repeats the request URL.
+func errorsRoot(err error) error {
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		return uerr.Err
+	}
+	return err
+}
+
+// String describes the store: "s3://bucket/prefix at http://host:port".
+func (s *Store) String() string {
+	loc := storage.Location{Scheme: "s3", Bucket: s.cfg.Bucket, Prefix: s.cfg.Prefix}
+	return loc.String() + " at " + s.cfg.Endpoint
+}
+
+// translate maps a minio-go error into the storage errors, wrapped with the
+// operation and the key.
+func (s *Store) translate(op, key string, err error) error {
+	var resp minio.ErrorResponse
+	if errors.As(err, &resp) {
+		switch resp.Code {
+		case "NoSuchKey":
+			return fmt.Errorf("s3: %s %s: %w", op, key, storage.ErrNotExist)
+		case "PreconditionFailed":
+			return fmt.Errorf("s3: %s %s: %w", op, key, storage.ErrExists)
+		case "BadDigest", "InvalidDigest", "XAmzContentChecksumMismatch", "XAmzContentSHA256Mismatch", "InvalidChecksum":
+			return storage.Permanent(fmt.Errorf("s3: %s %s: %s: %w", op, key, resp.Message, storage.ErrChecksum))
+		case "NoSuchBucket":
+			return storage.Permanent(fmt.Errorf("s3: %s %s: bucket %q does not exist at %s; create it or set --create-bucket: %w", op, key, s.cfg.Bucket, s.cfg.Endpoint, err))
+		case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "AllAccessDisabled":
+			return storage.Permanent(fmt.Errorf("s3: %s %s in bucket %q at %s: %w", op, key, s.cfg.Bucket, s.cfg.Endpoint, err))
+		}
+	}
+	return fmt.Errorf("s3: %s %s: %w", op, key, err)
+}
+
+// Get returns a reader for a range of key. The request is made before Get
+// returns, so a missing key is reported here.
+func (s *Store) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	if err := storage.CheckKey(key); err != nil {
+		return nil, fmt.Errorf("s3: get: %w", err)
+	}
+	if offset < 0 || length < -1 {
+		return nil, fmt.Errorf("s3: get %s: invalid range offset %d length %d", key, offset, length)
+	}
+	if length == 0 {
+		if _, err := s.Stat(ctx, key); err != nil {
+			return nil, err
+		}
+		return io.NopCloser(strings.NewReader("")), nil
+	}
+	var opts minio.GetObjectOptions
+	switch {
+	case length > 0:
+		err := opts.SetRange(offset, offset+length-1)
+		if err != nil {
+			return nil, fmt.Errorf("s3: get %s: %w", key, err)
+		}
+	case offset > 0:
+		if err := opts.SetRange(offset, 0); err != nil {
+			return nil, fmt.Errorf("s3: get %s: %w", key, err)
+		}
+	}
+	body, _, _, err := s.core.GetObject(ctx, s.cfg.Bucket, s.prefix+key, opts)
+	if err != nil {
+		return nil, s.translate("get", key, err)
+	}
+	return body, nil
+}
+
+// Stat returns key's size, modification time and, where kept, SHA-256.
+func (s *Store) Stat(ctx context.Context, key string) (storage.ObjectInfo, error) {
+	if err := storage.CheckKey(key); err != nil {
+		return storage.ObjectInfo{}, fmt.Errorf("s3: stat: %w", err)
+	}
+	oi, err := s.client.StatObject(ctx, s.cfg.Bucket, s.prefix+key, minio.StatObjectOptions{})
+	if err != nil {
+		return storage.ObjectInfo{}, s.translate("stat", key, err)
+	}
+	return storage.ObjectInfo{Key: key, Size: oi.Size, ModTime: oi.LastModified, SHA256: oi.UserMetadata[metaSHA256]}, nil
+}
+
+// List lists the keys under prefix in lexical order, as S3 returns them.
+func (s *Store) List(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("s3: list %s: %w", prefix, err)
+	}
+	for oi := range s.client.ListObjectsIter(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: s.prefix + prefix, Recursive: true}) {
+		if oi.Err != nil {
+			return s.translate("list", prefix, oi.Err)
+		}
+		if err := fn(storage.ObjectInfo{Key: strings.TrimPrefix(oi.Key, s.prefix), Size: oi.Size, ModTime: oi.LastModified}); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("s3: list %s: %w", prefix, err)
+	}
+	return nil
+}
+
+// Delete removes key; S3 reports success for a missing key too.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := storage.CheckKey(key); err != nil {
+		return fmt.Errorf("s3: delete: %w", err)
+	}
+	if err := s.client.RemoveObject(ctx, s.cfg.Bucket, s.prefix+key, minio.RemoveObjectOptions{}); err != nil {
+		return s.translate("delete", key, err)
+	}
+	return nil
+}

@@ -1,0 +1,400 @@
+package s3
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/lifeboat-project/lifeboat/internal/testenv"
+	"github.com/lifeboat-project/lifeboat/storage"
+	"github.com/lifeboat-project/lifeboat/storage/storagetest"
+)
+
+// testBucket holds every test's objects, each test under its own prefix.
+const testBucket = "lifeboat-test"
+
+func testConfig(t *testing.T) Config {
+	t.Helper()
+	m := testenv.RequireMinIO(t)
+	return Config{
+		Endpoint:     m.Endpoint,
+		Bucket:       testBucket,
+		Prefix:       "t-" + strings.ToLower(rand.Text()[:12]),
+		AccessKey:    m.AccessKey,
+		SecretKey:    m.SecretKey,
+		CreateBucket: true,
+		BucketLookup: LookupPath,
+		PartSize:     MinPartSize,
+		Parallelism:  3,
+	}
+}
+
+func newTestStore(t *testing.T, cfg Config) *Store {
+	t.Helper()
+	s, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("New(%v): %v", cfg, err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	testenv.RequireMinIO(t)
+	storagetest.Run(t, func(t *testing.T) storage.Store { return newTestStore(t, testConfig(t)) })
+}
+
+// TestConformanceDefaults runs the suite with the default part size and
+// parallelism, the configuration users get.
+func TestConformanceDefaults(t *testing.T) {
+	testenv.RequireMinIO(t)
+	storagetest.Run(t, func(t *testing.T) storage.Store {
+		cfg := testConfig(t)
+		cfg.PartSize, cfg.Parallelism = 0, 0
+		return newTestStore(t, cfg)
+	})
+}
+
+// incomplete lists the unfinished multipart uploads under the store's prefix.
+func incomplete(t *testing.T, s *Store) []string {
+	t.Helper()
+	var ids []string
+	for u := range s.client.ListIncompleteUploads(context.Background(), s.cfg.Bucket, s.prefix, true) {
+		if u.Err != nil {
+			t.Fatalf("ListIncompleteUploads: %v", u.Err)
+		}
+		ids = append(ids, u.Key+" "+u.UploadID)
+	}
+	return ids
+}
+
+func TestFailedPutAbortsMultipart(t *testing.T) {
+	s := newTestStore(t, testConfig(t))
+	b := storagetest.Data(1, 8*MinPartSize)
+	for _, size := range []int64{int64(len(b)), -1} {
+		// Cancelled half way.
+		ctx, cancel := context.WithCancel(context.Background())
+		r := &cancelAfter{r: bytes.NewReader(b), after: len(b) / 2, cancel: cancel}
+		if _, err := s.Put(ctx, "big", r, size, storage.PutOptions{}); err == nil {
+			t.Fatal("cancelled Put succeeded")
+		}
+		cancel()
+		// Wrong checksum, found only at the end.
+		_, err := s.Put(context.Background(), "big", bytes.NewReader(b), size, storage.PutOptions{SHA256: strings.Repeat("0", 64)})
+		if !errors.Is(err, storage.ErrChecksum) {
+			t.Fatalf("Put with wrong SHA256: %v", err)
+		}
+		// Short reader.
+		if size > 0 {
+			if _, err := s.Put(context.Background(), "big", bytes.NewReader(b[:len(b)-1]), size, storage.PutOptions{}); err == nil {
+				t.Fatal("short Put succeeded")
+			}
+		}
+	}
+	if ids := incomplete(t, s); len(ids) != 0 {
+		t.Fatalf("failed Puts left unfinished multipart uploads: %q", ids)
+	}
+	if _, err := s.Stat(context.Background(), "big"); !errors.Is(err, storage.ErrNotExist) {
+		t.Fatalf("Stat after failed Puts: %v", err)
+	}
+}
+
+type cancelAfter struct {
+	r      io.Reader
+	after  int
+	read   int
+	cancel context.CancelFunc
+}
+
+func (c *cancelAfter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if c.read += n; c.read >= c.after {
+		c.cancel()
+	}
+	return n, err
+}
+
+// TestServerKeepsSHA256 checks that a single-PUT object carries the SHA-256
+// as the server-verified x-amz-checksum-sha256, and Stat reports it.
+func TestServerKeepsSHA256(t *testing.T) {
+	s := newTestStore(t, testConfig(t))
+	ctx := context.Background()
+	b := storagetest.Data(2, 1000)
+	sum := sha256.Sum256(b)
+	if _, err := s.Put(ctx, "small", bytes.NewReader(b), -1, storage.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	oi, err := s.client.StatObject(ctx, s.cfg.Bucket, s.prefix+"small", minio.StatObjectOptions{Checksum: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if oi.ChecksumSHA256 == "" {
+		t.Fatalf("server has no SHA-256 checksum for the object: %+v", oi)
+	}
+	info, err := s.Stat(ctx, "small")
+	if err != nil || info.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Fatalf("Stat = %+v, %v; want SHA256 %x", info, err, sum)
+	}
+	// A multipart object whose caller gave the SHA-256 keeps it too.
+	big := storagetest.Data(3, 2*MinPartSize+1)
+	bigSum := sha256.Sum256(big)
+	if _, err := s.Put(ctx, "big", bytes.NewReader(big), -1, storage.PutOptions{SHA256: hex.EncodeToString(bigSum[:])}); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := s.Stat(ctx, "big"); err != nil || info.SHA256 != hex.EncodeToString(bigSum[:]) {
+		t.Fatalf("Stat(big) = %+v, %v; want SHA256 %x", info, err, bigSum)
+	}
+}
+
+func TestWrongCredentials(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		mutate   func(*Config)
+		secretOf func(Config) string
+	}{
+		{"secret", func(c *Config) { c.SecretKey = "wrong-secret-" + rand.Text() }, func(c Config) string { return c.SecretKey }},
+		{"access key", func(c *Config) { c.AccessKey = "nobody" + strings.ToLower(rand.Text()[:8]) }, func(c Config) string { return c.SecretKey }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			tc.mutate(&cfg)
+			_, err := New(context.Background(), cfg)
+			if err == nil {
+				t.Fatal("New with wrong credentials succeeded")
+			}
+			msg := err.Error()
+			for _, want := range []string{"refused the credentials", cfg.Endpoint, testBucket, "AWS_ACCESS_KEY_ID"} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("error %q does not mention %q", msg, want)
+				}
+			}
+			if strings.Contains(msg, tc.secretOf(cfg)) {
+				t.Errorf("error %q contains the secret key", msg)
+			}
+			if !storage.IsPermanent(err) {
+				t.Errorf("error %q is not permanent", msg)
+			}
+		})
+	}
+}
+
+func TestMissingBucket(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Bucket = "lifeboat-missing-" + strings.ToLower(rand.Text()[:10])
+	cfg.CreateBucket = false
+	_, err := New(context.Background(), cfg)
+	if err == nil {
+		t.Fatal("New with a missing bucket succeeded")
+	}
+	for _, want := range []string{cfg.Bucket, "does not exist", cfg.Endpoint, "create it or set --create-bucket"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if !storage.IsPermanent(err) {
+		t.Errorf("error %q is not permanent", err)
+	}
+}
+
+func TestCreateBucket(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Bucket = "lifeboat-create-" + strings.ToLower(rand.Text()[:10])
+	cfg.CreateBucket = true
+	s := newTestStore(t, cfg)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for oi := range s.client.ListObjectsIter(ctx, cfg.Bucket, minio.ListObjectsOptions{Recursive: true}) {
+			s.client.RemoveObject(ctx, cfg.Bucket, oi.Key, minio.RemoveObjectOptions{})
+		}
+		if err := s.client.RemoveBucket(ctx, cfg.Bucket); err != nil {
+			t.Errorf("remove bucket: %v", err)
+		}
+	})
+	ok, err := s.client.BucketExists(context.Background(), cfg.Bucket)
+	if err != nil || !ok {
+		t.Fatalf("bucket %s after New with CreateBucket: exists %v, %v", cfg.Bucket, ok, err)
+	}
+	if _, err := s.Put(context.Background(), "k", strings.NewReader("x"), 1, storage.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A second store on the now existing bucket works as well.
+	newTestStore(t, cfg)
+}
+
+// closedPort returns a 127.0.0.1 port that nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+func TestUnreachableEndpoint(t *testing.T) {
+	cfg := Config{
+		Endpoint:  "http://" + closedPort(t),
+		Bucket:    "ckpt",
+		AccessKey: "lifeboat",
+		SecretKey: "secret-" + rand.Text(),
+	}
+	_, err := New(context.Background(), cfg)
+	if err == nil {
+		t.Fatal("New against a closed port succeeded")
+	}
+	for _, want := range []string{"cannot reach", cfg.Endpoint, "ckpt", "AWS_ENDPOINT_URL"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), cfg.SecretKey) {
+		t.Errorf("error %q contains the secret key", err)
+	}
+}
+
+// TestTLS checks the messages for an untrusted certificate and that CAFile
+// makes it trusted. The TLS server is no S3 server: it answers 404, which
+// minio-go reads as a missing bucket.
+func TestTLS(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNotFound)
+	}))
+	defer srv.Close()
+	cfg := Config{Endpoint: srv.URL, Bucket: "ckpt", AccessKey: "lifeboat", SecretKey: "secret-" + rand.Text(), BucketLookup: LookupPath, Region: "us-east-1"}
+	_, err := New(context.Background(), cfg)
+	if err == nil {
+		t.Fatal("New against an untrusted certificate succeeded")
+	}
+	for _, want := range []string{"not trusted", srv.URL, "AWS_CA_BUNDLE"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), cfg.SecretKey) {
+		t.Errorf("error %q contains the secret key", err)
+	}
+
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(ca, pemBytes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.CAFile = ca
+	_, err = New(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("New with the CA file: %v; want the TLS handshake to pass and the bucket to be missing", err)
+	}
+
+	// Plain http against the TLS port.
+	cfg.CAFile = ""
+	cfg.Endpoint = "http://" + srv.Listener.Addr().String()
+	if _, err := New(context.Background(), cfg); err == nil {
+		t.Fatal("New over http against a TLS port succeeded")
+	}
+}
+
+func TestSecretsRedacted(t *testing.T) {
+	cfg := Config{
+		Endpoint:     "http://127.0.0.1:9000",
+		Bucket:       "ckpt",
+		AccessKey:    "AKIAEXAMPLEACCESS",
+		SecretKey:    "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+		SessionToken: "FwoGZXIvYXdzEXAMPLETOKEN",
+	}
+	var logged bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("config", "s3", cfg)
+	slog.New(slog.NewTextHandler(&logged, nil)).Info("config", "s3", cfg)
+	outputs := []string{cfg.String(), fmt.Sprint(cfg), fmt.Sprintf("%+v", cfg), fmt.Sprintf("%#v", cfg), logged.String()}
+	for _, out := range outputs {
+		for _, secret := range []string{cfg.AccessKey, cfg.SecretKey, cfg.SessionToken} {
+			if strings.Contains(out, secret) {
+				t.Errorf("%q contains a credential", out)
+			}
+		}
+		if !strings.Contains(out, "ckpt") {
+			t.Errorf("%q does not describe the config", out)
+		}
+	}
+	if m := testenvMinIO(); m != nil {
+		c := testConfig(t)
+		s := newTestStore(t, c)
+		if strings.Contains(s.String(), c.SecretKey) || strings.Contains(s.String(), c.AccessKey) {
+			t.Errorf("Store.String() = %q contains a credential", s.String())
+		}
+		want := "s3://" + testBucket + "/" + c.Prefix + " at " + c.Endpoint
+		if s.String() != want {
+			t.Errorf("Store.String() = %q, want %q", s.String(), want)
+		}
+	}
+}
+
+// testenvMinIO reports whether a test MinIO is configured, without skipping.
+func testenvMinIO() *struct{} {
+	if os.Getenv("LIFEBOAT_TEST_S3_ENDPOINT") == "" {
+		return nil
+	}
+	return &struct{}{}
+}
+
+// interposer runs fn once after after bytes have been read.
+type interposer struct {
+	r     io.Reader
+	after int
+	read  int
+	fn    func()
+}
+
+func (i *interposer) Read(p []byte) (int, error) {
+	n, err := i.r.Read(p)
+	i.read += n
+	if i.read >= i.after && i.fn != nil {
+		i.fn()
+		i.fn = nil
+	}
+	return n, err
+}
+
+// TestCreateOnlyCheckedAtComplete makes another writer create the key while
+// a create-only multipart upload is under way: the upload must lose.
+func TestCreateOnlyCheckedAtComplete(t *testing.T) {
+	s := newTestStore(t, testConfig(t))
+	ctx := context.Background()
+	b := storagetest.Data(4, 4*MinPartSize)
+	r := &interposer{r: bytes.NewReader(b), after: 2 * MinPartSize, fn: func() {
+		if _, err := s.Put(ctx, "commit", strings.NewReader("other"), 5, storage.PutOptions{}); err != nil {
+			t.Errorf("interposed Put: %v", err)
+		}
+	}}
+	_, err := s.Put(ctx, "commit", r, int64(len(b)), storage.PutOptions{IfNotExists: true})
+	if !errors.Is(err, storage.ErrExists) {
+		t.Fatalf("create-only multipart Put over a key created meanwhile: %v, want ErrExists", err)
+	}
+	rc, err := s.Get(ctx, "commit", 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if got, _ := io.ReadAll(rc); string(got) != "other" {
+		t.Fatalf("object holds %d bytes, want the other writer's", len(got))
+	}
+	if ids := incomplete(t, s); len(ids) != 0 {
+		t.Fatalf("unfinished uploads left: %q", ids)
+	}
+}
