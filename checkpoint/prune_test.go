@@ -1,0 +1,149 @@
+package checkpoint
+
+import (
+	"context"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/lifeboat-project/lifeboat/storage"
+	"github.com/lifeboat-project/lifeboat/storage/mem"
+)
+
+const window = DefaultSafetyWindow
+
+func TestPruneKeepsNewest(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx := context.Background()
+	clock := newFakeClock()
+	s := mem.New(mem.WithClock(clock.Now))
+	u := newUploader(s, clock)
+	for step := int64(1); step <= 4; step++ {
+		upload(t, u, step, 0, 1, sampleTree(uint64(step)))
+	}
+	upload(t, u, 5, 0, 2, sampleTree(5)) // rank 1 of step 5 still uploading
+	clock.Advance(2 * window)
+
+	dry, err := Prune(ctx, s, PruneOptions{Keep: 2, Clock: clock.Now, Backoff: noWait, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := s.Len()
+	res, err := Prune(ctx, s, PruneOptions{Keep: 2, Clock: clock.Now, Backoff: noWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Kept, []int64{4, 3}) || !slices.Equal(res.DeletedSteps, []int64{1, 2}) || res.DeletedManifests != 2 || res.DeletedChunks == 0 {
+		t.Errorf("Prune = %+v", res)
+	}
+	if dry.DeletedChunks != res.DeletedChunks || dry.DeletedManifests != res.DeletedManifests || before-s.Len() != res.DeletedChunks+res.DeletedManifests {
+		t.Errorf("dry run %+v differs from the prune %+v, or store shrank by %d", dry, res, before-s.Len())
+	}
+	for _, step := range []int64{3, 4} {
+		rep, err := Verify(ctx, s, step, VerifyOptions{ReadData: Subset{1, 1}, Backoff: noWait})
+		if err != nil || !rep.OK() {
+			t.Errorf("kept step %d: Verify = %+v, %v", step, rep, err)
+		}
+	}
+	if rep, err := Verify(ctx, s, 5, VerifyOptions{Backoff: noWait}); err != nil || len(rep.Problems) != 1 || rep.Problems[0].Kind != MissingManifest {
+		t.Errorf("in-progress step 5 after prune: Verify = %+v, %v; want only the missing rank", rep, err)
+	}
+	if _, err := Prune(ctx, s, PruneOptions{}); err == nil {
+		t.Error("Prune with Keep 0 succeeded")
+	}
+}
+
+// TestPruneDuringUpload runs Prune at the worst moment of an upload: every
+// chunk is stored and the manifest is about to be written. The upload's
+// snapshot must still restore, whether it reused stored chunks that prune
+// now finds unreferenced, or had to Put stale ones again.
+func TestPruneDuringUpload(t *testing.T) {
+	tests := []struct {
+		name         string
+		age          time.Duration // age of the old chunks when the upload starts
+		wantReuse    bool
+	}{
+		{"fresh chunks are reused", window / 2, true},
+		// Without the Put, prune's cutoff (start + age + window/8 - window)
+		// would be past the chunks' time and delete them.
+		{"stale chunks are put again", window - window/16, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer goleak.VerifyNone(t)
+			ctx := context.Background()
+			clock := newFakeClock()
+			inner := mem.New(mem.WithClock(clock.Now))
+			old, other := sampleTree(1), sampleTree(2)
+			upload(t, newUploader(inner, clock), 1, 0, 1, old)
+			upload(t, newUploader(inner, clock), 2, 0, 1, other)
+			clock.Advance(tt.age)
+
+			var pruned *PruneResult
+			f := &mem.FaultStore{Inner: inner}
+			f.OnPut = func(ctx context.Context, key string, r io.Reader, size int64, opts storage.PutOptions) (storage.ObjectInfo, error) {
+				if strings.HasPrefix(key, snapshotsPrefix) && pruned == nil {
+					// Step 1 is pruned; its chunks are what step 3 is made of.
+					clock.Advance(window / 8) // within the quarter window an upload may take
+					var err error
+					if pruned, err = Prune(ctx, inner, PruneOptions{Keep: 1, Clock: clock.Now, Backoff: noWait}); err != nil {
+						t.Errorf("Prune: %v", err)
+					}
+				}
+				return inner.Put(ctx, key, r, size, opts)
+			}
+			u := newUploader(f, clock)
+			u.SafetyWindow = window
+			res := upload(t, u, 3, 0, 1, old)
+			if reused := res.DedupedBytes == res.Bytes; reused != tt.wantReuse {
+				t.Errorf("deduped %d of %d bytes; want reuse %v", res.DedupedBytes, res.Bytes, tt.wantReuse)
+			}
+			if pruned == nil || !slices.Equal(pruned.DeletedSteps, []int64{1}) {
+				t.Fatalf("concurrent prune = %+v, want step 1 deleted", pruned)
+			}
+			dir := t.TempDir()
+			if _, err := Restore(ctx, inner, 3, 0, dir, RestoreOptions{Backoff: noWait}); err != nil {
+				t.Fatalf("Restore of the step uploaded during prune: %v", err)
+			}
+			checkTree(t, dir, old)
+
+			// Long after, prune again: step 3 is the newest and keeps its chunks.
+			clock.Advance(3 * window)
+			if _, err := Prune(ctx, inner, PruneOptions{Keep: 1, Clock: clock.Now, Backoff: noWait}); err != nil {
+				t.Fatal(err)
+			}
+			if rep, err := Verify(ctx, inner, 3, VerifyOptions{ReadData: Subset{1, 1}, Backoff: noWait}); err != nil || !rep.OK() {
+				t.Errorf("Verify after the second prune = %+v, %v", rep, err)
+			}
+			if left := storedKeys(t, inner, snapshotsPrefix); len(left) != 1 {
+				t.Errorf("manifests left %v, want step 3 only", left)
+			}
+		})
+	}
+}
+
+// TestUploadTooSlowDoesNotCommit: an upload that outlives a quarter of the
+// safety window may rely on chunks prune has since deleted; it must not
+// commit.
+func TestUploadTooSlowDoesNotCommit(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	clock := newFakeClock()
+	inner := mem.New(mem.WithClock(clock.Now))
+	f := &mem.FaultStore{Inner: inner}
+	f.OnPut = func(ctx context.Context, key string, r io.Reader, size int64, opts storage.PutOptions) (storage.ObjectInfo, error) {
+		clock.Advance(window / 16) // a slow link
+		return inner.Put(ctx, key, r, size, opts)
+	}
+	dir := t.TempDir()
+	writeTree(t, dir, sampleTree(1))
+	if _, err := newUploader(f, clock).Upload(context.Background(), dir, 1, 0, 1); err == nil || !strings.Contains(err.Error(), "safety window") {
+		t.Errorf("slow Upload = %v, want a safety window error", err)
+	}
+	if m := storedKeys(t, inner, snapshotsPrefix); len(m) != 0 {
+		t.Errorf("slow upload committed %v", m)
+	}
+}
