@@ -152,12 +152,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	sigs := cfg.Signals
 	if sigs == nil {
-		// Subscribe before spawning so a TERM that arrives during start-up is
-		// queued and forwarded to the child's group as soon as it exists.
-		ch := make(chan os.Signal, 1024)
-		signal.Notify(ch)
-		defer signal.Stop(ch)
-		sigs = ch
+		sigs = subscribe()
 	}
 	if err := becomeSubreaper(); err != nil {
 		cfg.Log.Warn("supervisor.subreaper_failed", "err", err,
@@ -416,4 +411,16 @@ func (l *loop) writeTerminationLog(msg string) {
 	if _, err := fmt.Fprintln(f, msg); err != nil {
 		l.cfg.Log.Warn("supervisor.termination_log_failed", "path", path, "err", err)
 	}
+}
+
+// subscribe relays every signal to the returned channel for the rest of the
+// process's life. It runs before the child is spawned, so a TERM that
+// arrives during start-up is queued and forwarded as soon as the child's
+// group exists. There is no unsubscribe: Run is for main, and os/signal
+// disables each signal with a round trip to a dedicated thread, which would
+// only slow lifeboat's exit.
+func subscribe() <-chan os.Signal {
+	ch := make(chan os.Signal, 1024)
+	signal.Notify(ch)
+	return ch
 }
