@@ -63,9 +63,9 @@ func TestPruneKeepsNewest(t *testing.T) {
 // now finds unreferenced, or had to Put stale ones again.
 func TestPruneDuringUpload(t *testing.T) {
 	tests := []struct {
-		name         string
-		age          time.Duration // age of the old chunks when the upload starts
-		wantReuse    bool
+		name      string
+		age       time.Duration // age of the old chunks when the upload starts
+		wantReuse bool
 	}{
 		{"fresh chunks are reused", window / 2, true},
 		// Without the Put, prune's cutoff (start + age + window/8 - window)

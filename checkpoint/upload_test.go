@@ -139,10 +139,10 @@ func TestUploadIsIdempotentAndStepsImmutable(t *testing.T) {
 func TestUploadInvalidArguments(t *testing.T) {
 	s := mem.New()
 	tests := []struct {
-		name           string
-		u              Uploader
-		step           int64
-		rank, n        int
+		name    string
+		u       Uploader
+		step    int64
+		rank, n int
 	}{
 		{"no store", Uploader{}, 1, 0, 1},
 		{"negative step", Uploader{Store: s}, -1, 0, 1},
