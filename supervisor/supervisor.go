@@ -56,7 +56,32 @@ type Config struct {
 	ProcRoot string
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
+
+	// Reserve, when set, is asked at the first stop signal how much of the
+	// grace budget to keep for after the trainer's tree has exited (the
+	// final checkpoint upload), and why. The tree is SIGKILLed at
+	// stop + Grace - reserve instead of stop + Grace. The reserve is capped
+	// at half the grace, so the trainer always gets the other half to save.
+	Reserve func() (time.Duration, string)
+	// AfterExit, when set, runs once the main child and every descendant
+	// are gone, before Run returns: the final checkpoint upload. Its context
+	// ends at the grace deadline (less ExitMargin) after a stop signal, or
+	// after AfterExitTimeout when the trainer exited on its own. A second
+	// SIGINT cancels it. An error is logged, written to the termination
+	// log, and turns a clean exit 0 into CodeFlushFailed.
+	AfterExit        func(ctx context.Context, stopped bool) error
+	AfterExitTimeout time.Duration // default Grace
 }
+
+// ExitMargin is kept free at the end of the grace budget so that lifeboat
+// exits by itself before the kubelet's SIGKILL.
+const ExitMargin = 500 * time.Millisecond
+
+// CodeFlushFailed is lifeboat's exit code when the trainer exited 0 on its
+// own but its last checkpoint could not be made durable (EX_TEMPFAIL): the
+// pod fails and is retried rather than reporting success with the result
+// lost.
+const CodeFlushFailed = 75
 
 // DefaultGrace is Kubernetes' default terminationGracePeriodSeconds.
 const DefaultGrace = 30 * time.Second
@@ -99,6 +124,9 @@ func (c *Config) setDefaults() {
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
+	if c.AfterExitTimeout == 0 {
+		c.AfterExitTimeout = c.Grace
+	}
 }
 
 // Validate reports the first thing wrong with c, as a sentence naming the
@@ -132,7 +160,10 @@ type loop struct {
 
 	stopSig    unix.Signal // first stop signal received, 0 if none
 	stopCtx    bool        // the context ended
-	ints       int         // SIGINTs received
+	stopAt     time.Time   // when the first stop arrived
+	flushErr   error       // what AfterExit returned
+	cancelExit context.CancelFunc
+	ints       int // SIGINTs received
 	deadline   *time.Timer
 	killedAt   time.Time // when the tree was SIGKILLed, zero if not
 	treeSignal bool      // leftovers were sent the stop signal after the child exited
@@ -214,8 +245,47 @@ func (l *loop) run(ctx context.Context, sigs <-chan os.Signal) error {
 			l.signalLeftovers()
 		}
 		if l.childDone && l.noChildren {
+			l.afterExit(sigs)
 			return l.finish()
 		}
+	}
+}
+
+// afterExit runs cfg.AfterExit under its deadline while still answering
+// signals (a second SIGINT cancels it) and reaping.
+func (l *loop) afterExit(sigs <-chan os.Signal) {
+	if l.cfg.AfterExit == nil {
+		return
+	}
+	stopped := l.stopSig != 0 || l.stopCtx
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if stopped {
+		ctx, cancel = context.WithDeadline(context.Background(), l.stopAt.Add(l.cfg.Grace-ExitMargin))
+	} else {
+		ctx, cancel = context.WithTimeout(context.Background(), l.cfg.AfterExitTimeout)
+	}
+	defer cancel()
+	l.cancelExit = cancel
+	done := make(chan error, 1)
+	go func() { done <- l.cfg.AfterExit(ctx, stopped) }()
+	tick := time.NewTicker(reapInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			l.flushErr = err
+			if err != nil {
+				l.cfg.Log.Error("supervisor.final_upload_failed", "err", err)
+			}
+			return
+		case s := <-sigs:
+			if sig, ok := s.(unix.Signal); ok {
+				l.signal(sig)
+			}
+		case <-tick.C:
+		}
+		l.reap()
 	}
 }
 
@@ -242,10 +312,15 @@ func (l *loop) signal(sig unix.Signal) {
 	if isStop {
 		l.startStop(sig)
 	}
-	if sig == unix.SIGINT && l.ints >= 2 && l.killedAt.IsZero() {
+	if sig == unix.SIGINT && l.ints >= 2 {
 		// A second INT means "stop now", as when Ctrl-C is pressed twice.
-		l.cfg.Log.Warn("supervisor.second_interrupt", "action", "SIGKILL everything now")
-		l.killTree()
+		if l.cancelExit != nil {
+			l.cfg.Log.Warn("supervisor.second_interrupt", "action", "cancel the final upload")
+			l.cancelExit()
+		} else if l.killedAt.IsZero() {
+			l.cfg.Log.Warn("supervisor.second_interrupt", "action", "SIGKILL everything now")
+			l.killTree()
+		}
 	}
 }
 
@@ -256,12 +331,29 @@ func (l *loop) startStop(sig unix.Signal) {
 		return
 	}
 	l.stopSig = sig
-	l.armDeadline()
+	l.stopAt = l.cfg.Clock()
+	budget := l.cfg.Grace
+	var reserve time.Duration
+	why := "no final upload"
+	if l.cfg.Reserve != nil {
+		reserve, why = l.cfg.Reserve()
+		reserve = min(max(reserve, 0), l.cfg.Grace/2)
+		budget -= reserve
+	}
+	switch {
+	case l.childDone: // leftovers are already being waited for under their own deadline
+		l.armDeadline()
+	case l.killedAt.IsZero():
+		l.deadline = time.NewTimer(budget)
+	}
 	l.cfg.Log.Info("supervisor.stopping", "signal", signals.Name(sig),
-		"delivered", signals.Name(l.cfg.Rewrite.Apply(sig)), "grace", l.cfg.Grace.String(),
-		"deadline", l.cfg.Clock().Add(l.cfg.Grace).Format(time.RFC3339Nano))
+		"delivered", signals.Name(l.cfg.Rewrite.Apply(sig)),
+		"budget", fmt.Sprintf("grace %s = trainer %s + final upload reserve %s (%s)", l.cfg.Grace, budget, reserve, why),
+		"kill_at", l.stopAt.Add(budget).Format(time.RFC3339Nano),
+		"deadline", l.stopAt.Add(l.cfg.Grace).Format(time.RFC3339Nano))
 }
 
+// armDeadline starts the grace timer for leftovers when no stop started one.
 func (l *loop) armDeadline() {
 	if l.deadline == nil && l.killedAt.IsZero() {
 		l.deadline = time.NewTimer(l.cfg.Grace)
@@ -367,20 +459,27 @@ func (l *loop) finish() error {
 	if !l.childDone {
 		code = CodeInternal
 	}
+	if l.flushErr != nil && code == 0 {
+		code = CodeFlushFailed
+	}
 	var msg string
 	switch {
 	case !l.childDone:
 		msg = "lifeboat: the trainer could not be reaped"
 	case preempted && l.stopSig != 0:
-		msg = fmt.Sprintf("lifeboat: stopped by SIG%s; %s; exit code %d", signals.Name(l.stopSig), describeStatus(l.childStatus), code)
+		msg = fmt.Sprintf("lifeboat: stopped by SIG%s; %s", signals.Name(l.stopSig), describeStatus(l.childStatus))
 	case preempted:
-		msg = fmt.Sprintf("lifeboat: stopped; %s; exit code %d", describeStatus(l.childStatus), code)
+		msg = fmt.Sprintf("lifeboat: stopped; %s", describeStatus(l.childStatus))
 	default:
 		msg = fmt.Sprintf("lifeboat: %s", describeStatus(l.childStatus))
 	}
 	if !l.killedAt.IsZero() {
 		msg += "; processes still running at the grace deadline were killed"
 	}
+	if l.flushErr != nil {
+		msg += "; the last checkpoint could not be uploaded: " + l.flushErr.Error()
+	}
+	msg += fmt.Sprintf("; exit code %d", code)
 	l.writeTerminationLog(msg)
 	l.cfg.Log.Info("supervisor.exit", "code", code, "preempted", preempted)
 	if code == 0 {
