@@ -111,6 +111,21 @@ type uploadJob struct {
 // manifest is written. Files must not change while they are read: a file
 // whose size or modification time changes fails the upload.
 func (u *Uploader) Upload(ctx context.Context, dir string, step int64, rank, worldSize int) (*UploadResult, error) {
+	return u.upload(ctx, dir, nil, step, rank, worldSize)
+}
+
+// UploadFiles is Upload of only the given files under dir: slash-separated
+// paths relative to dir, which the manifest records as they are. It is how
+// one checkpoint among others in the trainer's directory is stored with the
+// paths it has there, so that a restore puts it back in the same place.
+func (u *Uploader) UploadFiles(ctx context.Context, dir string, paths []string, step int64, rank, worldSize int) (*UploadResult, error) {
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("checkpoint: upload step %d from %s: no files", step, dir)
+	}
+	return u.upload(ctx, dir, paths, step, rank, worldSize)
+}
+
+func (u *Uploader) upload(ctx context.Context, dir string, paths []string, step int64, rank, worldSize int) (*UploadResult, error) {
 	if err := u.Validate(); err != nil {
 		return nil, err
 	}
@@ -132,7 +147,14 @@ func (u *Uploader) Upload(ctx context.Context, dir string, step int64, rank, wor
 	}
 	start := clock()
 
-	files, skipped, err := scanDir(dir)
+	var files []localFile
+	var skipped []string
+	var err error
+	if paths == nil {
+		files, skipped, err = scanDir(dir)
+	} else {
+		files, skipped, err = statFiles(dir, paths)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -331,6 +353,35 @@ func readChunks(ctx context.Context, f localFile, chunkSize int, pool chan []byt
 
 // scanDir lists the regular files under dir, sorted by relative slash path,
 // and the other entries it leaves out.
+// statFiles is scanDir for a given list of paths relative to dir.
+func statFiles(dir string, paths []string) (files []localFile, skipped []string, err error) {
+	if len(paths) > MaxFiles {
+		return nil, nil, fmt.Errorf("checkpoint: %d files under %s, over the %d limit", len(paths), dir, MaxFiles)
+	}
+	seen := make(map[string]bool, len(paths))
+	for _, rel := range paths {
+		if err := CheckPath(rel); err != nil {
+			return nil, nil, fmt.Errorf("checkpoint: file %q under %s: %w", rel, dir, err)
+		}
+		if seen[rel] {
+			continue
+		}
+		seen[rel] = true
+		abs := filepath.Join(dir, filepath.FromSlash(rel))
+		fi, err := os.Lstat(abs)
+		if err != nil {
+			return nil, nil, fmt.Errorf("checkpoint: stat %s: %w", abs, err)
+		}
+		if !fi.Mode().IsRegular() {
+			skipped = append(skipped, rel)
+			continue
+		}
+		files = append(files, localFile{rel: rel, abs: abs, size: fi.Size(), mode: fi.Mode(), modTime: fi.ModTime()})
+	}
+	slices.SortFunc(files, func(a, b localFile) int { return strings.Compare(a.rel, b.rel) })
+	return files, skipped, nil
+}
+
 func scanDir(dir string) (files []localFile, skipped []string, err error) {
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

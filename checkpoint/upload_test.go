@@ -203,3 +203,44 @@ func TestMultiRank(t *testing.T) {
 		}
 	})
 }
+
+// TestUploadFiles stores one checkpoint among others with the paths it has
+// in the trainer's directory, and a restore puts it back there.
+func TestUploadFiles(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	stores(t, func(t *testing.T, s storage.Store) {
+		ctx := context.Background()
+		src := t.TempDir()
+		writeTree(t, src, tree{
+			"step-1/model.pdparams": randomBytes(1, 1000),
+			"step-2/model.pdparams": randomBytes(2, 3000),
+			"step-2/opt.pdopt":      randomBytes(3, 10),
+			"notes.txt":             []byte("not part of it"),
+		})
+		u := newUploader(s, nil)
+		res, err := u.UploadFiles(ctx, src, []string{"step-2/opt.pdopt", "step-2/model.pdparams", "step-2/opt.pdopt"}, 2, 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Files != 2 || res.Bytes != 3010 {
+			t.Errorf("uploaded %d files, %d bytes; want 2, 3010", res.Files, res.Bytes)
+		}
+		dst := t.TempDir()
+		if _, err := Restore(ctx, s, 2, 0, dst, RestoreOptions{Backoff: noWait}); err != nil {
+			t.Fatal(err)
+		}
+		checkTree(t, dst, tree{"step-2/model.pdparams": randomBytes(2, 3000), "step-2/opt.pdopt": randomBytes(3, 10)})
+
+		for _, bad := range [][]string{nil, {"../escape"}, {"/abs"}, {"step-9/missing"}} {
+			if _, err := u.UploadFiles(ctx, src, bad, 3, 0, 1); err == nil {
+				t.Errorf("UploadFiles(%q) succeeded", bad)
+			}
+		}
+		if _, err := Latest(ctx, s, 1); err != nil {
+			t.Fatal(err)
+		}
+		if step, _ := Latest(ctx, s, 1); step != 2 {
+			t.Errorf("a rejected upload committed step %d", step)
+		}
+	})
+}
