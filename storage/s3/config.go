@@ -24,7 +24,7 @@ const (
 // Defaults, chosen by measurement (docs/BENCHMARKS.md, "## Storage").
 const (
 	DefaultEndpoint    = "https://s3.amazonaws.com"
-	DefaultPartSize    = 16 << 20
+	DefaultPartSize    = 32 << 20
 	DefaultParallelism = 4
 	// MinPartSize is the smallest part S3 accepts (except the last).
 	MinPartSize = 5 << 20
@@ -50,7 +50,8 @@ type Config struct {
 	// BucketLookup is path or virtual-host style; empty means LookupAuto.
 	BucketLookup BucketLookup
 	// CAFile is a PEM file of CA certificates trusted for https endpoints
-	// in addition to the system's (AWS_CA_BUNDLE).
+	// in addition to the system's (AWS_CA_BUNDLE). It is ignored for http
+	// endpoints, since AWS_CA_BUNDLE is often set machine-wide.
 	CAFile string
 
 	// AccessKey and SecretKey (and SessionToken) are explicit static
@@ -140,9 +141,6 @@ func (c Config) Validate() error {
 	case LookupAuto, LookupPath, LookupDNS:
 	default:
 		errs = append(errs, fmt.Errorf("the bucket lookup %q (--s3-bucket-lookup) must be auto, path or dns", c.BucketLookup))
-	}
-	if c.CAFile != "" && u != nil && u.Scheme == "http" {
-		errs = append(errs, fmt.Errorf("a CA file (--ca-file, AWS_CA_BUNDLE) is set but the endpoint %q is plain http", c.Endpoint))
 	}
 	if (c.AccessKey == "") != (c.SecretKey == "") {
 		errs = append(errs, errors.New("give both the access key and the secret key (--access-key/--secret-key), or neither to use AWS_ACCESS_KEY_ID, the credentials file or IAM"))

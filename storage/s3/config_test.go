@@ -19,7 +19,6 @@ func TestValidate(t *testing.T) {
 		{"no scheme", func(c *Config) { c.Endpoint = "minio:9000" }, "http:// or https://"},
 		{"path in endpoint", func(c *Config) { c.Endpoint = "http://minio:9000/ckpt" }, "scheme://host[:port] only"},
 		{"bad lookup", func(c *Config) { c.BucketLookup = "virtual" }, "auto, path or dns"},
-		{"ca with http", func(c *Config) { c.Endpoint = "http://minio:9000"; c.CAFile = "/ca.pem" }, "plain http"},
 		{"half keys", func(c *Config) { c.AccessKey = "a" }, "both the access key and the secret key"},
 		{"small part", func(c *Config) { c.PartSize = 1 << 20 }, "part size"},
 		{"negative parallelism", func(c *Config) { c.Parallelism = -1 }, "parallelism"},

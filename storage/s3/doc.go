@@ -3,9 +3,10 @@
 //
 // Integrity: every object's SHA-256 is computed once, while its bytes are
 // read, and returned in ObjectInfo.SHA256. Objects up to Config.PartSize go
-// up in one PUT whose x-amz-content-sha256 (the v4 signature's payload hash)
-// and x-amz-checksum-sha256 are that same digest, so the server verifies it
-// and no second hash runs. Larger objects go up as parallel multipart parts,
+// up in one PUT carrying that digest as x-amz-checksum-sha256, a signed
+// header the server verifies the body against and stores; the payload itself
+// is sent as UNSIGNED-PAYLOAD, so neither minio-go (v4 payload signing) nor
+// the server hashes it a second time. Larger objects go up as parallel multipart parts,
 // each signed as UNSIGNED-PAYLOAD and guarded by a CRC32C checksum the server
 // verifies; the object's SHA-256 is still computed on the stream, and checked
 // against PutOptions.SHA256 before the upload is completed, because S3 has

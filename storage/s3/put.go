@@ -108,8 +108,9 @@ func putOptions(opts storage.PutOptions, meta map[string]string) minio.PutObject
 }
 
 // putSingle uploads b in one PUT. Its SHA-256 (given or computed here, once)
-// is both the signed payload hash and the stored x-amz-checksum-sha256, so
-// the server checks it.
+// goes as x-amz-checksum-sha256, which the server checks and stores. The
+// payload is UNSIGNED-PAYLOAD: also sending the digest as the signed payload
+// hash made the server hash twice, about 10% slower (docs/BENCHMARKS.md).
 func (s *Store) putSingle(ctx context.Context, key string, b []byte, opts storage.PutOptions) (storage.ObjectInfo, error) {
 	sum := opts.SHA256
 	if sum == "" {
@@ -122,7 +123,7 @@ func (s *Store) putSingle(ctx context.Context, key string, b []byte, opts storag
 		metaSHA256:              sum,
 	})
 	// The body is a bytes.Reader, so minio-go can retry the request.
-	ui, err := s.core.PutObject(ctx, s.cfg.Bucket, s.prefix+key, bytes.NewReader(b), int64(len(b)), "", sum, po)
+	ui, err := s.core.PutObject(ctx, s.cfg.Bucket, s.prefix+key, bytes.NewReader(b), int64(len(b)), "", "", po)
 	if err != nil {
 		return storage.ObjectInfo{}, s.translate("put", key, err)
 	}

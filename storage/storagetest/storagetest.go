@@ -20,8 +20,9 @@ import (
 )
 
 // LargeSize is the size of the suite's large objects: more than one part for
-// backends with a part size of 16 MiB or less, small enough to keep CI fast.
-const LargeSize = 24 << 20
+// backends with a part size of 32 MiB (the S3 default) or less, small enough
+// to keep CI fast.
+const LargeSize = 36 << 20
 
 // NewStoreFunc returns an empty store for one test. It registers any cleanup
 // with t.Cleanup.
