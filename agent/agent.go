@@ -1,0 +1,416 @@
+// Package agent runs lifeboat's checkpoint pipeline next to the trainer: a
+// background loop that uploads each checkpoint the trainer completes, and
+// the final flush that commits the last one when the trainer is gone.
+//
+// Rules (docs/FORMAT.md has the storage side):
+//   - Newest wins. When several checkpoints are complete at once, only the
+//     newest is uploaded; the older ones are marked superseded.
+//   - An upload in flight is finished, not cancelled, when a newer
+//     checkpoint appears during training: its chunks are mostly what the
+//     next one needs anyway, and cancelling could starve uploads when
+//     checkpoints come faster than they upload. At the final flush it is
+//     cancelled only when a newer checkpoint is waiting.
+//   - Failures are retried with backoff and never stop the loop; they are
+//     logged and counted. A checkpoint is committed (its manifest written)
+//     only when all its chunks are stored.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/lifeboat-project/lifeboat/checkpoint"
+	"github.com/lifeboat-project/lifeboat/storage"
+	"github.com/lifeboat-project/lifeboat/watch"
+)
+
+// Config wires an Agent. Zero fields take the defaults.
+type Config struct {
+	Dir       string // the watched directory; the watcher's Dir
+	Watcher   *watch.Watcher
+	Uploader  *checkpoint.Uploader
+	Rank      int
+	WorldSize int
+	// Interval between scans. Default 2s.
+	Interval time.Duration
+	// Keep prunes the store to the newest Keep complete steps after each
+	// commit, on rank 0 only. 0 never prunes.
+	Keep         int
+	SafetyWindow time.Duration // for Prune; must match the Uploader's
+	// AssumedThroughput is used for the grace reserve until an upload has
+	// been measured, in bytes per second. Default 50 MB/s.
+	AssumedThroughput float64
+	Log               *slog.Logger
+	Clock             func() time.Time
+}
+
+// Stats is what the agent has done so far.
+type Stats struct {
+	Commits         int       // checkpoints committed (or found already committed)
+	Failures        int       // failed upload attempts
+	Superseded      int       // checkpoints skipped because a newer one was complete
+	LastStep        int64     // step of the last commit, -1 before any
+	LastCommit      time.Time // when it was committed
+	UploadedBytes   int64     // chunk bytes Put
+	DedupedBytes    int64     // chunk bytes found already stored
+	LastBytes       int64     // size of the newest checkpoint seen
+	Throughput      float64   // bytes/s of new data, measured; 0 before any
+	PendingBytes    int64     // size of the checkpoint being uploaded, 0 if none
+	InFlightStep    int64     // its step
+	RestoredStep    int64     // step restored at start, -1 if none
+	LastUploadError string    // the last failure, "" once a commit succeeds
+}
+
+// Agent is the pipeline for one rank.
+type Agent struct {
+	cfg     Config
+	flushCh chan flushReq
+	running chan struct{} // closed when Run starts
+	stopped chan struct{} // closed when Run returns
+
+	mu       sync.Mutex
+	stats    Stats
+	restored *checkpoint.Manifest
+}
+
+type flushReq struct {
+	ctx   context.Context
+	reply chan error
+}
+
+// New checks cfg and returns an Agent; start it with Run.
+func New(cfg Config) (*Agent, error) {
+	switch {
+	case cfg.Watcher == nil || cfg.Uploader == nil:
+		return nil, errors.New("agent: a watcher and an uploader are required")
+	case cfg.WorldSize < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.WorldSize:
+		return nil, fmt.Errorf("agent: rank %d of world size %d: the rank must be 0..world size-1 (--rank/LIFEBOAT_RANK, --world-size/LIFEBOAT_WORLD_SIZE)", cfg.Rank, cfg.WorldSize)
+	case cfg.Keep < 0:
+		return nil, fmt.Errorf("agent: --keep (LIFEBOAT_KEEP) is %d; it must be 0 (keep all) or more", cfg.Keep)
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = 2 * time.Second
+	}
+	if cfg.AssumedThroughput == 0 {
+		cfg.AssumedThroughput = 50e6
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	return &Agent{cfg: cfg, flushCh: make(chan flushReq), running: make(chan struct{}), stopped: make(chan struct{}),
+		stats: Stats{LastStep: -1, RestoredStep: -1, InFlightStep: -1}}, nil
+}
+
+// Restored tells the agent which snapshot was restored into the directory
+// before the trainer started, so that the same files found there are not
+// uploaded again, and counter steps continue after it.
+func (a *Agent) Restored(m *checkpoint.Manifest) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.restored = m
+	a.stats.RestoredStep = m.Step
+	a.stats.LastStep = m.Step
+}
+
+// Stats returns a copy of the current figures.
+func (a *Agent) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stats
+}
+
+// job is one upload in flight.
+type job struct {
+	r      watch.Ready
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// Run scans and uploads until ctx ends or a Flush has been served. It owns
+// the watcher. It never panics on store errors; they are logged and retried.
+func (a *Agent) Run(ctx context.Context) {
+	close(a.running)
+	defer close(a.stopped)
+	var inflight *job
+	fails := 0
+	next := time.NewTimer(0)
+	defer next.Stop()
+	for {
+		var doneC <-chan error
+		if inflight != nil {
+			doneC = inflight.done
+		}
+		select {
+		case <-ctx.Done():
+			if inflight != nil {
+				inflight.cancel()
+				<-inflight.done
+			}
+			return
+		case req := <-a.flushCh:
+			req.reply <- a.flush(req.ctx, inflight)
+			return
+		case err := <-doneC:
+			a.finished(inflight.r, err)
+			inflight = nil
+			if err != nil {
+				fails++
+			} else {
+				fails = 0
+			}
+			next.Reset(a.backoff(fails))
+		case <-next.C:
+			if inflight != nil {
+				continue
+			}
+			r, ok := a.pick(false)
+			if ok {
+				inflight = a.start(ctx, r)
+			} else {
+				next.Reset(a.cfg.Interval)
+			}
+		}
+	}
+}
+
+// backoff is the wait before the next scan after fails failures in a row.
+func (a *Agent) backoff(fails int) time.Duration {
+	d := a.cfg.Interval
+	for i := 0; i < fails && d < time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, time.Minute)
+}
+
+// pick scans and returns the newest complete checkpoint to upload, marking
+// older complete ones superseded and a restored one done.
+func (a *Agent) pick(final bool) (watch.Ready, bool) {
+	ready, err := a.cfg.Watcher.Scan(final)
+	if err != nil {
+		a.cfg.Log.Warn("checkpoint.scan_failed", "err", err)
+		return watch.Ready{}, false
+	}
+	a.mu.Lock()
+	restored := a.restored
+	a.mu.Unlock()
+	var out []watch.Ready
+	for _, r := range ready {
+		if restored != nil && sameFiles(r, restored) {
+			a.cfg.Watcher.Done(r)
+			continue
+		}
+		out = append(out, r)
+	}
+	if len(out) == 0 {
+		return watch.Ready{}, false
+	}
+	newest := out[len(out)-1]
+	for _, r := range out[:len(out)-1] {
+		a.cfg.Log.Info("checkpoint.superseded", "id", r.ID, "step", r.Step, "by", newest.Step)
+		a.cfg.Watcher.Done(r)
+		a.mu.Lock()
+		a.stats.Superseded++
+		a.mu.Unlock()
+	}
+	a.mu.Lock()
+	a.stats.LastBytes = newest.Bytes()
+	a.mu.Unlock()
+	return newest, true
+}
+
+// sameFiles reports whether r holds exactly the files of m (paths and
+// sizes), as after a restore of m.
+func sameFiles(r watch.Ready, m *checkpoint.Manifest) bool {
+	if r.Step != m.Step {
+		return false
+	}
+	paths := relPaths(r)
+	if len(paths) != len(m.Files) {
+		return false
+	}
+	size := map[string]int64{}
+	for _, f := range m.Files {
+		size[f.Path] = f.Size
+	}
+	for i, p := range paths {
+		s, ok := size[p]
+		if !ok {
+			return false
+		}
+		if i < len(r.Files) && r.Files[i].Size != s {
+			return false
+		}
+	}
+	return true
+}
+
+// relPaths are r's files relative to the watched directory, plus its marker.
+func relPaths(r watch.Ready) []string {
+	var out []string
+	for _, f := range r.Files {
+		out = append(out, path.Join(r.Dir, f.Path))
+	}
+	if r.Marker {
+		out = append(out, path.Join(r.Dir, watch.DefaultMarker))
+	}
+	return out
+}
+
+// start uploads r in the background under ctx.
+func (a *Agent) start(ctx context.Context, r watch.Ready) *job {
+	ctx, cancel := context.WithCancel(ctx)
+	j := &job{r: r, cancel: cancel, done: make(chan error, 1)}
+	a.mu.Lock()
+	a.stats.PendingBytes, a.stats.InFlightStep = r.Bytes(), r.Step
+	a.mu.Unlock()
+	go func() { j.done <- a.upload(ctx, r, true) }()
+	return j
+}
+
+// upload stores r and records what it moved; with prune, it then prunes
+// the store (never during the final flush, where the budget is the grace
+// period's).
+func (a *Agent) upload(ctx context.Context, r watch.Ready, prune bool) error {
+	a.cfg.Log.Info("checkpoint.upload_started", "id", r.ID, "step", r.Step, "files", len(r.Files), "bytes", r.Bytes())
+	t0 := a.cfg.Clock()
+	res, err := a.cfg.Uploader.UploadFiles(ctx, a.cfg.Dir, relPaths(r), r.Step, a.cfg.Rank, a.cfg.WorldSize)
+	if err != nil {
+		return err
+	}
+	el := a.cfg.Clock().Sub(t0)
+	a.mu.Lock()
+	a.stats.UploadedBytes += res.UploadedBytes
+	a.stats.DedupedBytes += res.DedupedBytes
+	if res.UploadedBytes >= 1<<20 && el > 0 {
+		rate := float64(res.UploadedBytes) / el.Seconds()
+		if a.stats.Throughput == 0 {
+			a.stats.Throughput = rate
+		} else {
+			a.stats.Throughput = (a.stats.Throughput + rate) / 2
+		}
+	}
+	a.mu.Unlock()
+	a.cfg.Log.Info("checkpoint.committed", "id", r.ID, "step", r.Step, "rank", a.cfg.Rank, "bytes", res.Bytes,
+		"uploaded_bytes", res.UploadedBytes, "deduped_bytes", res.DedupedBytes, "seconds", el.Seconds(),
+		"already_committed", res.AlreadyCommitted, "manifest", res.Key)
+	if prune && a.cfg.Keep > 0 && a.cfg.Rank == 0 {
+		pr, err := checkpoint.Prune(ctx, a.cfg.Uploader.Store, checkpoint.PruneOptions{
+			Keep: a.cfg.Keep, SafetyWindow: a.cfg.SafetyWindow, Log: a.cfg.Log})
+		if err != nil {
+			a.cfg.Log.Warn("checkpoint.prune_failed", "err", err)
+		} else {
+			a.cfg.Log.Debug("checkpoint.pruned", "result", fmt.Sprintf("%+v", *pr))
+		}
+	}
+	return nil
+}
+
+// finished records the end of an upload attempt.
+func (a *Agent) finished(r watch.Ready, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stats.PendingBytes, a.stats.InFlightStep = 0, -1
+	if err != nil {
+		a.stats.Failures++
+		a.stats.LastUploadError = err.Error()
+		lvl := slog.LevelWarn
+		if storage.IsPermanent(err) {
+			lvl = slog.LevelError
+		}
+		a.cfg.Log.Log(context.Background(), lvl, "checkpoint.upload_failed", "id", r.ID, "step", r.Step, "err", err,
+			"effect", "retried at the next scan; the previous committed checkpoint stays the latest")
+		return
+	}
+	a.cfg.Watcher.Done(r)
+	a.stats.Commits++
+	a.stats.LastStep = r.Step
+	a.stats.LastCommit = a.cfg.Clock()
+	a.stats.LastUploadError = ""
+}
+
+// Flush stops the background loop and commits the newest complete
+// checkpoint under ctx: the final upload after the trainer has exited. It
+// returns nil when there was nothing new to commit, and an error when the
+// newest checkpoint could not be committed in time (the previous committed
+// one then stays the latest). Flush waits for Run to start; Run returns
+// after serving one Flush.
+func (a *Agent) Flush(ctx context.Context) error {
+	select {
+	case <-a.running:
+	case <-ctx.Done():
+		return fmt.Errorf("agent: flush: the agent never started: %w", context.Cause(ctx))
+	}
+	reply := make(chan error, 1)
+	select {
+	case a.flushCh <- flushReq{ctx: ctx, reply: reply}:
+	case <-a.stopped:
+		return errors.New("agent: flush after the agent stopped")
+	case <-ctx.Done():
+		return fmt.Errorf("agent: flush: %w", context.Cause(ctx))
+	}
+	return <-reply
+}
+
+// flush runs in Run's goroutine.
+func (a *Agent) flush(ctx context.Context, inflight *job) error {
+	t0 := a.cfg.Clock()
+	r, ok := a.pick(true)
+	if inflight != nil {
+		if ok && (r.ID != inflight.r.ID || r.Fingerprint != inflight.r.Fingerprint) {
+			a.cfg.Log.Info("checkpoint.flush_cancels_stale", "in_flight", inflight.r.Step, "newest", r.Step)
+			inflight.cancel()
+			a.finished(inflight.r, <-inflight.done)
+		} else {
+			var err error
+			select {
+			case err = <-inflight.done:
+			case <-ctx.Done():
+				inflight.cancel()
+				err = <-inflight.done
+			}
+			a.finished(inflight.r, err)
+			if err != nil {
+				return fmt.Errorf("final upload of step %d: %w", inflight.r.Step, err)
+			}
+			a.logFlush(t0, inflight.r)
+			return nil
+		}
+	}
+	if !ok {
+		a.cfg.Log.Info("checkpoint.flush_nothing_new", "last_step", a.Stats().LastStep)
+		return nil
+	}
+	err := a.upload(ctx, r, false)
+	a.finished(r, err)
+	if err != nil {
+		return fmt.Errorf("final upload of step %d: %w", r.Step, err)
+	}
+	a.logFlush(t0, r)
+	return nil
+}
+
+func (a *Agent) logFlush(t0 time.Time, r watch.Ready) {
+	a.cfg.Log.Info("checkpoint.flushed", "step", r.Step, "bytes", r.Bytes(), "seconds", a.cfg.Clock().Sub(t0).Seconds())
+}
+
+// Reserve estimates how much of the grace budget the final upload needs:
+// the size of the newest checkpoint seen (the one the trainer is about to
+// write is assumed to be as large) at the measured throughput, with a
+// quarter on top and one second for the commit. It says how it got there.
+func (a *Agent) Reserve() (time.Duration, string) {
+	s := a.Stats()
+	rate, how := s.Throughput, "measured"
+	if rate == 0 {
+		rate, how = a.cfg.AssumedThroughput, "assumed until measured"
+	}
+	d := time.Duration(float64(s.LastBytes)/rate*1.25*float64(time.Second)) + time.Second
+	return d, fmt.Sprintf("last checkpoint %d bytes at %.0f MB/s %s", s.LastBytes, rate/1e6, how)
+}
