@@ -20,7 +20,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -75,7 +77,7 @@ type Agent struct {
 
 	mu       sync.Mutex
 	stats    Stats
-	restored *checkpoint.Manifest
+	restored map[string]fileState // restored files as found on disk after the restore
 }
 
 type flushReq struct {
@@ -110,14 +112,28 @@ func New(cfg Config) (*Agent, error) {
 }
 
 // Restored tells the agent which snapshot was restored into the directory
-// before the trainer started, so that the same files found there are not
-// uploaded again, and counter steps continue after it.
+// before the trainer started. The restored files, as they are on disk now
+// (size and modification time), are not uploaded again while unchanged;
+// the trainer rewriting one makes it a new checkpoint.
 func (a *Agent) Restored(m *checkpoint.Manifest) {
+	seen := map[string]fileState{}
+	for _, f := range m.Files {
+		fi, err := os.Stat(filepath.Join(a.cfg.Dir, filepath.FromSlash(f.Path)))
+		if err != nil {
+			continue
+		}
+		seen[f.Path] = fileState{size: fi.Size(), mtime: fi.ModTime()}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.restored = m
+	a.restored = seen
 	a.stats.RestoredStep = m.Step
 	a.stats.LastStep = m.Step
+}
+
+type fileState struct {
+	size  int64
+	mtime time.Time
 }
 
 // Stats returns a copy of the current figures.
@@ -203,7 +219,7 @@ func (a *Agent) pick(final bool) (watch.Ready, bool) {
 	a.mu.Unlock()
 	var out []watch.Ready
 	for _, r := range ready {
-		if restored != nil && sameFiles(r, restored) {
+		if isRestored(r, restored) {
 			a.cfg.Watcher.Done(r)
 			continue
 		}
@@ -213,6 +229,7 @@ func (a *Agent) pick(final bool) (watch.Ready, bool) {
 		return watch.Ready{}, false
 	}
 	newest := out[len(out)-1]
+	a.cfg.Watcher.Number(&newest)
 	for _, r := range out[:len(out)-1] {
 		a.cfg.Log.Info("checkpoint.superseded", "id", r.ID, "step", r.Step, "by", newest.Step)
 		a.cfg.Watcher.Done(r)
@@ -226,26 +243,15 @@ func (a *Agent) pick(final bool) (watch.Ready, bool) {
 	return newest, true
 }
 
-// sameFiles reports whether r holds exactly the files of m (paths and
-// sizes), as after a restore of m.
-func sameFiles(r watch.Ready, m *checkpoint.Manifest) bool {
-	if r.Step != m.Step {
+// isRestored reports whether every file of r is a restored file, unchanged
+// since the restore.
+func isRestored(r watch.Ready, restored map[string]fileState) bool {
+	if len(restored) == 0 {
 		return false
 	}
-	paths := relPaths(r)
-	if len(paths) != len(m.Files) {
-		return false
-	}
-	size := map[string]int64{}
-	for _, f := range m.Files {
-		size[f.Path] = f.Size
-	}
-	for i, p := range paths {
-		s, ok := size[p]
-		if !ok {
-			return false
-		}
-		if i < len(r.Files) && r.Files[i].Size != s {
+	for _, f := range r.Files {
+		st, ok := restored[path.Join(r.Dir, f.Path)]
+		if !ok || st.size != f.Size || !st.mtime.Equal(f.ModTime) {
 			return false
 		}
 	}

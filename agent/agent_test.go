@@ -206,3 +206,36 @@ func TestNewRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoredInPlaceBackup: a restored backup/latest.pdparams (a
+// checkpoint without a step in its name) is not uploaded again while
+// unchanged, and becomes a new step once the trainer overwrites it.
+func TestRestoredInPlaceBackup(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	src, s := t.TempDir(), mem.New()
+	writeFile(t, filepath.Join(src, "backup", "latest.pdparams"), 50<<10, 3)
+	u := &checkpoint.Uploader{Store: s, ChunkSize: 64 << 10, Backoff: noWait}
+	if _, err := u.UploadFiles(context.Background(), src, []string{"backup/latest.pdparams"}, 7, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	res, err := checkpoint.RestoreLatest(context.Background(), s, 0, dir, checkpoint.RestoreOptions{Backoff: noWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := watch.New(watch.Config{Dir: dir, Settle: time.Millisecond})
+	w.SetNextStep(8)
+	a, _ := New(Config{Dir: dir, Watcher: w, Uploader: u, WorldSize: 1, Interval: 5 * time.Millisecond})
+	a.Restored(res.Manifest)
+	stop := run(t, a)
+	defer stop()
+	time.Sleep(100 * time.Millisecond) // several scans: none may upload
+	if st := a.Stats(); st.Commits != 0 {
+		t.Fatalf("restored backup uploaded again: %+v", st)
+	}
+	writeFile(t, filepath.Join(dir, "backup", "latest.pdparams"), 60<<10, 4)
+	waitFor(t, "the rewritten backup", func() bool { return a.Stats().Commits == 1 })
+	if st := a.Stats(); st.LastStep != 8 {
+		t.Errorf("rewritten backup committed as step %d, want 8", st.LastStep)
+	}
+}

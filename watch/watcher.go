@@ -85,7 +85,8 @@ func (w *Watcher) SetNextStep(step int64) {
 }
 
 // Scan lists the directory and returns the checkpoints that are complete and
-// were not marked Done with the same content, in ascending step order.
+// were not marked Done with the same content, in ascending step order, those
+// without a step (HasStep false) last; Number gives them one.
 // final says the trainer is gone: nothing will change any more, so the
 // settle time is not waited for (files still open for writing by some other
 // process are still left out).
@@ -132,20 +133,26 @@ func (w *Watcher) Scan(final bool) ([]Ready, error) {
 			delete(w.seen, id)
 		}
 	}
-	// Steps for candidates without one, in a stable order after the named.
-	for i := range out {
-		if out[i].HasStep {
-			continue
-		}
-		st := w.seen[out[i].ID]
-		if !st.numbered {
-			st.step, st.numbered = w.counter, true
-			w.counter++
-			w.seen[out[i].ID] = st
-		}
-		out[i].Step = st.step
-	}
 	return out, nil
+}
+
+// Number gives r its step when its name and marker gave none: the next
+// counter step, the same one again for the same content. Call it only for
+// the checkpoint about to be stored, so that skipped ones use up no steps.
+func (w *Watcher) Number(r *Ready) {
+	if r.HasStep {
+		return
+	}
+	st, ok := w.seen[r.ID]
+	if !ok || st.fp != r.Fingerprint {
+		st = seenState{fp: r.Fingerprint, since: w.cfg.Clock()}
+	}
+	if !st.numbered {
+		st.step, st.numbered = w.counter, true
+		w.counter++
+	}
+	w.seen[r.ID] = st
+	r.Step = st.step
 }
 
 // Done records that r was handled (uploaded, or superseded by a newer one),

@@ -25,6 +25,10 @@ type runOptions struct {
 	logLevel        string
 	logFormat       string
 	argv            []string
+
+	store      storeOptions
+	checkpoint checkpointOptions
+	ranks      rankOptions
 }
 
 func newRunFlags(o *runOptions, w io.Writer) (*flag.FlagSet, *runOptions) {
@@ -41,6 +45,9 @@ func newRunFlags(o *runOptions, w io.Writer) (*flag.FlagSet, *runOptions) {
 		"file that gets one line saying why lifeboat stopped (the default is written only if it exists)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "auto", "auto (JSON unless stderr is a terminal), json or text")
+	o.store.register(fs)
+	o.checkpoint.register(fs)
+	o.ranks.register(fs)
 	fs.Usage = flagUsage(fs, w, "lifeboat run [flags] -- CMD [ARG...]")
 	return fs, o
 }
@@ -110,11 +117,39 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	if err := supervisor.ClearInheritedSignalMask(); err != nil {
 		log.Warn("supervisor.signal_mask", "err", err, "effect", "the trainer inherits lifeboat's blocked signals")
 	}
-	return exitCode(runRun(ctx, cfg), stderr)
+	if o.store.url == "" {
+		if o.checkpoint.dir != "" {
+			fmt.Fprintln(stderr, "lifeboat run: --dir is set but --store is not: set --store (LIFEBOAT_STORE) to s3://bucket/prefix or file:///abs/path, or drop --dir")
+			return 2
+		}
+		return exitCode(runRun(ctx, cfg, nil), stderr)
+	}
+	if err := o.ranks.resolve(os.Getenv); err != nil {
+		fmt.Fprintf(stderr, "lifeboat run: %v\n", err)
+		return 2
+	}
+	p, err := newPipeline(ctx, &o.store, &o.checkpoint, o.ranks, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "lifeboat run: %v\n", err)
+		return supervisor.CodeInternal
+	}
+	return exitCode(runRun(ctx, cfg, p), stderr)
 }
 
-// runRun supervises cfg.Argv until it and its tree have exited.
-func runRun(ctx context.Context, cfg supervisor.Config) error {
+// runRun supervises cfg.Argv until it and its tree have exited. With a
+// checkpoint pipeline, its agent uploads in the background, the grace
+// budget keeps a reserve for the final upload, and the final upload runs
+// when the trainer's tree is gone.
+func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline) error {
+	if p == nil {
+		return supervisor.Run(ctx, cfg)
+	}
+	cfg.Env = mergeEnv(os.Environ(), p.env)
+	cfg.Reserve = p.agent.Reserve
+	cfg.AfterExit = func(ctx context.Context, stopped bool) error { return p.agent.Flush(ctx) }
+	agentCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.agent.Run(agentCtx)
 	return supervisor.Run(ctx, cfg)
 }
 

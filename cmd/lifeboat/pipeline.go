@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lifeboat-project/lifeboat/agent"
+	"github.com/lifeboat-project/lifeboat/checkpoint"
+	"github.com/lifeboat-project/lifeboat/storage"
+	"github.com/lifeboat-project/lifeboat/watch"
+)
+
+// checkpointOptions say which directory the trainer saves into and how its
+// checkpoints are recognised, uploaded and kept.
+type checkpointOptions struct {
+	dir         string
+	keep        int
+	settle      time.Duration
+	interval    time.Duration
+	marker      string
+	stepPattern string
+	restore     string
+	workers     int
+}
+
+func (o *checkpointOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.dir, "dir", "", "the directory the trainer saves checkpoints into (exported to it as LIFEBOAT_DIR)")
+	fs.IntVar(&o.keep, "keep", 3, "keep the newest N complete checkpoints in the store (0: keep all)")
+	fs.DurationVar(&o.settle, "settle", watch.DefaultSettle, "how long a checkpoint's files must stay unchanged to count as complete")
+	fs.DurationVar(&o.interval, "scan-interval", 2*time.Second, "how often --dir is scanned for new checkpoints")
+	fs.StringVar(&o.marker, "marker", watch.DefaultMarker, "file whose presence marks a directory as a complete checkpoint; its content is the step")
+	fs.StringVar(&o.stepPattern, "step-pattern", watch.DefaultStepPattern.String(), "regular expression whose first group is the step in a checkpoint's name")
+	fs.StringVar(&o.restore, "restore", "auto", "auto: restore the newest complete checkpoint into --dir before starting; never: start fresh")
+	fs.IntVar(&o.workers, "workers", checkpoint.DefaultWorkers, "parallel chunk uploads and downloads")
+}
+
+// resumeFile is written into --dir by a restore, for a trainer started
+// elsewhere (an init container restored it): the same facts as the
+// LIFEBOAT_RESUME_* variables.
+const resumeFile = ".lifeboat-resume.json"
+
+// resume is what a restore tells the trainer.
+type resume struct {
+	Dir  string `json:"dir"`
+	Step int64  `json:"step"`
+	ID   string `json:"id"`
+}
+
+// env renders r as the trainer's LIFEBOAT_RESUME_* variables; a fresh start
+// sets them empty.
+func (r *resume) env() []string {
+	if r == nil {
+		return []string{"LIFEBOAT_RESUME_DIR=", "LIFEBOAT_RESUME_STEP=", "LIFEBOAT_RESUME_ID="}
+	}
+	return []string{"LIFEBOAT_RESUME_DIR=" + r.Dir, "LIFEBOAT_RESUME_STEP=" + strconv.FormatInt(r.Step, 10), "LIFEBOAT_RESUME_ID=" + r.ID}
+}
+
+// restoreLatest restores the newest complete checkpoint of rank into dir,
+// falling back to older ones on corruption. nil, nil means there is none:
+// a fresh start.
+func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, log *slog.Logger) (*resume, *checkpoint.Manifest, error) {
+	t0 := time.Now()
+	res, err := checkpoint.RestoreLatest(ctx, s, ro.rank, dir, checkpoint.RestoreOptions{WorldSize: ro.worldSize, Workers: workers, Log: log})
+	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
+		log.Info("resume.fresh_start", "store", s.String(), "reason", err.Error())
+		_ = os.Remove(filepath.Join(dir, resumeFile))
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("restore from %s into %s: %w", s, dir, err)
+	}
+	for _, f := range res.Fallbacks {
+		log.Warn("resume.fallback", "skipped_step", f.Step, "why", f.Err.Error())
+	}
+	r := &resume{Dir: filepath.Join(dir, commonDir(res.Manifest)), Step: res.Step, ID: res.Manifest.ID}
+	b, _ := json.Marshal(r)
+	if err := os.WriteFile(filepath.Join(dir, resumeFile), append(b, '\n'), 0o644); err != nil {
+		log.Warn("resume.write_file_failed", "err", err)
+	}
+	el := time.Since(t0)
+	log.Info("resume.restored", "step", res.Step, "rank", ro.rank, "files", res.Files, "bytes", res.Bytes,
+		"seconds", el.Seconds(), "mb_per_s", float64(res.Bytes)/1e6/max(el.Seconds(), 1e-9), "dir", r.Dir, "id", r.ID)
+	return r, res.Manifest, nil
+}
+
+// commonDir is the deepest directory that holds every file of m ("" when
+// they are at the top): where the trainer finds the restored checkpoint.
+func commonDir(m *checkpoint.Manifest) string {
+	if len(m.Files) == 0 {
+		return ""
+	}
+	common := path.Dir(m.Files[0].Path)
+	for _, f := range m.Files[1:] {
+		d := path.Dir(f.Path)
+		for common != "." && d != common && !strings.HasPrefix(d, common+"/") {
+			common = path.Dir(common)
+		}
+	}
+	if common == "." {
+		return ""
+	}
+	return common
+}
+
+// pipeline is the checkpoint machinery of one lifeboat: the store, what was
+// restored, and the agent that uploads.
+type pipeline struct {
+	store  storage.Store
+	agent  *agent.Agent
+	resume *resume
+	env    []string // for the trainer
+}
+
+// newPipeline opens the store, restores (unless told not to) and builds the
+// agent; it does not start it.
+func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, ro rankOptions, log *slog.Logger) (*pipeline, error) {
+	if co.dir == "" {
+		return nil, errors.New("--store is set but --dir is not: set --dir (LIFEBOAT_DIR) to the directory the trainer saves checkpoints into")
+	}
+	if co.restore != "auto" && co.restore != "never" {
+		return nil, fmt.Errorf("--restore (LIFEBOAT_RESTORE) is %q; use auto or never", co.restore)
+	}
+	pattern, err := regexp.Compile(co.stepPattern)
+	if err != nil {
+		return nil, fmt.Errorf("--step-pattern (LIFEBOAT_STEP_PATTERN) %q: %v", co.stepPattern, err)
+	}
+	dir, err := filepath.Abs(co.dir)
+	if err != nil {
+		return nil, fmt.Errorf("--dir %q: %w", co.dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("--dir (LIFEBOAT_DIR): create %s: %w", dir, err)
+	}
+	s, err := so.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p := &pipeline{store: s}
+	var restored *checkpoint.Manifest
+	if co.restore == "auto" {
+		p.resume, restored, err = restoreLatest(ctx, s, dir, ro, co.workers, log)
+		if err != nil {
+			return nil, err
+		}
+	}
+	w, err := watch.New(watch.Config{Dir: dir, Marker: co.marker, StepPattern: pattern, Settle: co.settle, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	// Counter steps continue above every step in the store, complete or not,
+	// so an unnumbered checkpoint never collides with a committed one.
+	snaps, err := checkpoint.List(ctx, s)
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoints in %s: %w", s, err)
+	}
+	for _, sn := range snaps {
+		w.SetNextStep(sn.Step + 1)
+	}
+	u := &checkpoint.Uploader{Store: s, Workers: co.workers, Producer: "lifeboat " + version, Log: log}
+	p.agent, err = agent.New(agent.Config{Dir: dir, Watcher: w, Uploader: u, Rank: ro.rank, WorldSize: ro.worldSize,
+		Interval: co.interval, Keep: co.keep, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	if restored != nil {
+		p.agent.Restored(restored)
+	}
+	p.env = append(p.resume.env(), "LIFEBOAT_DIR="+dir, "LIFEBOAT_MARKER="+co.marker,
+		"LIFEBOAT_RANK="+strconv.Itoa(ro.rank), "LIFEBOAT_WORLD_SIZE="+strconv.Itoa(ro.worldSize))
+	return p, nil
+}
+
+// mergeEnv returns base with the variables in extra set, replacing earlier
+// values (getenv in the child sees only the first of duplicates).
+func mergeEnv(base, extra []string) []string {
+	set := map[string]bool{}
+	for _, kv := range extra {
+		k, _, _ := strings.Cut(kv, "=")
+		set[k] = true
+	}
+	out := make([]string, 0, len(base)+len(extra))
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if !set[k] {
+			out = append(out, kv)
+		}
+	}
+	return append(out, extra...)
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/lifeboat-project/lifeboat/storage"
+	fsstore "github.com/lifeboat-project/lifeboat/storage/fs"
+	"github.com/lifeboat-project/lifeboat/storage/s3"
+)
+
+// storeOptions are the flags that say where checkpoints are stored, shared
+// by every subcommand that talks to the store.
+type storeOptions struct {
+	url          string
+	endpoint     string
+	region       string
+	lookup       string
+	caFile       string
+	createBucket bool
+	uploadLimit  string
+}
+
+func (o *storeOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.url, "store", "", "where checkpoints are stored: s3://bucket/prefix or file:///abs/path")
+	fs.StringVar(&o.endpoint, "s3-endpoint", "", "S3 endpoint URL, e.g. http://minio:9000 (default: AWS_ENDPOINT_URL, else AWS S3)")
+	fs.StringVar(&o.region, "s3-region", "", "bucket region (default: AWS_REGION, else discovered)")
+	fs.StringVar(&o.lookup, "s3-bucket-lookup", "auto", "auto, path or dns (virtual-host) style bucket addressing")
+	fs.StringVar(&o.caFile, "s3-ca-file", "", "PEM file of extra CAs for https endpoints (default: AWS_CA_BUNDLE)")
+	fs.BoolVar(&o.createBucket, "create-bucket", false, "create the bucket when it does not exist")
+	fs.StringVar(&o.uploadLimit, "upload-limit", "", "cap upload bandwidth, e.g. 200MB (bytes per second; empty: unlimited)")
+}
+
+// open connects to the store. Credentials come from minio-go's providers
+// (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, MINIO_*, the AWS credentials
+// file, IAM and web identity) and never from flags, so they stay out of
+// process listings.
+func (o *storeOptions) open(ctx context.Context) (storage.Store, error) {
+	if o.url == "" {
+		return nil, errors.New("no store given: set --store (LIFEBOAT_STORE) to s3://bucket/prefix or file:///abs/path")
+	}
+	loc, err := storage.ParseURL(o.url)
+	if err != nil {
+		return nil, fmt.Errorf("--store (LIFEBOAT_STORE): %w", err)
+	}
+	switch loc.Scheme {
+	case "file":
+		if err := os.MkdirAll(loc.Path, 0o755); err != nil {
+			return nil, fmt.Errorf("--store %s: create the directory: %w", o.url, err)
+		}
+		return fsstore.New(loc.Path)
+	case "s3":
+		var cfg s3.Config
+		cfg.FromEnv(os.Getenv)
+		cfg.Bucket, cfg.Prefix = loc.Bucket, loc.Prefix
+		if o.endpoint != "" {
+			cfg.Endpoint = o.endpoint
+		}
+		if o.region != "" {
+			cfg.Region = o.region
+		}
+		if o.caFile != "" {
+			cfg.CAFile = o.caFile
+		}
+		cfg.BucketLookup = s3.BucketLookup(o.lookup)
+		cfg.CreateBucket = o.createBucket
+		if o.uploadLimit != "" {
+			n, err := parseBytes(o.uploadLimit)
+			if err != nil || n <= 0 {
+				return nil, fmt.Errorf("--upload-limit (LIFEBOAT_UPLOAD_LIMIT) is %q; give bytes per second such as 200MB or 1GiB", o.uploadLimit)
+			}
+			cfg.UploadLimit = n
+		}
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+		return s3.New(ctx, cfg)
+	}
+	return nil, fmt.Errorf("--store (LIFEBOAT_STORE): unsupported scheme %q", loc.Scheme)
+}
+
+// parseBytes reads sizes such as 512, 64KB, 200MB, 1GiB (KB=1000, KiB=1024).
+func parseBytes(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+			if err != nil {
+				return 0, err
+			}
+			return int64(f * float64(u.mult)), nil
+		}
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+// rankOptions say which rank of how many this process is.
+type rankOptions struct {
+	rank, worldSize int
+}
+
+func (o *rankOptions) register(fs *flag.FlagSet) {
+	fs.IntVar(&o.rank, "rank", -1, "this pod's rank (default: PADDLE_TRAINER_ID, else RANK, else 0)")
+	fs.IntVar(&o.worldSize, "world-size", -1, "number of ranks (default: PADDLE_TRAINERS_NUM, else WORLD_SIZE, else 1)")
+}
+
+// resolve fills unset values from the launchers' usual variables.
+func (o *rankOptions) resolve(getenv func(string) string) error {
+	pick := func(v *int, flagName string, names ...string) error {
+		if *v >= 0 {
+			return nil
+		}
+		for _, n := range names {
+			if s := getenv(n); s != "" {
+				i, err := strconv.Atoi(s)
+				if err != nil || i < 0 {
+					return fmt.Errorf("%s=%q is not a non-negative number (it sets --%s)", n, s, flagName)
+				}
+				*v = i
+				return nil
+			}
+		}
+		return nil
+	}
+	if err := pick(&o.rank, "rank", "PADDLE_TRAINER_ID", "RANK"); err != nil {
+		return err
+	}
+	if err := pick(&o.worldSize, "world-size", "PADDLE_TRAINERS_NUM", "WORLD_SIZE"); err != nil {
+		return err
+	}
+	if o.rank < 0 {
+		o.rank = 0
+	}
+	if o.worldSize < 0 {
+		o.worldSize = 1
+	}
+	if o.worldSize < 1 || o.rank >= o.worldSize {
+		return fmt.Errorf("rank %d of world size %d: --rank (LIFEBOAT_RANK) must be below --world-size (LIFEBOAT_WORLD_SIZE)", o.rank, o.worldSize)
+	}
+	return nil
+}
