@@ -77,3 +77,10 @@ type envError struct {
 
 func (e *envError) Error() string { return fmt.Sprintf("%s=%q: %v", e.name, e.value, e.err) }
 func (e *envError) Unwrap() error { return e.err }
+
+// newFlagSet returns a subcommand's flag set, printing to w.
+func newFlagSet(name string, w io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(w)
+	return fs
+}

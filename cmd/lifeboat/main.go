@@ -34,14 +34,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return runCmd(ctx, args[1:], stderr)
+	case "sidecar":
+		return sidecarCmd(ctx, args[1:], stderr)
+	case "restore":
+		return restoreCmd(ctx, args[1:], stdout, stderr)
+	case "ls":
+		return lsCmd(ctx, args[1:], stdout, stderr)
+	case "verify":
+		return verifyCmd(ctx, args[1:], stdout, stderr)
+	case "prune":
+		return pruneCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "lifeboat %s\n", version)
 		return 0
 	case "help", "-h", "-help", "--help":
-		if len(args) > 1 && args[1] == "run" {
-			fs, _ := newRunFlags(&runOptions{}, stdout)
-			fs.Usage()
-			return 0
+		if len(args) > 1 {
+			return run(ctx, []string{args[1], "-h"}, stdout, stdout)
 		}
 		usage(stdout)
 		return 0
@@ -56,11 +64,19 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `lifeboat: PID 1 for training containers that get preempted.
 
 Usage:
-  lifeboat run [flags] -- CMD [ARG...]   supervise CMD as PID 1
+  lifeboat run [flags] -- CMD [ARG...]   supervise CMD as PID 1 (with --store/--dir: upload
+                                         its checkpoints, resume from the newest)
+  lifeboat sidecar --store URL --dir DIR upload a trainer's checkpoints from a shared volume
+  lifeboat restore --store URL --dir DIR fetch the newest complete checkpoint (init container)
+  lifeboat ls --store URL [--json]       list checkpoints
+  lifeboat verify --store URL [STEP]     check checkpoints for missing or corrupt data
+  lifeboat prune --store URL --keep N    delete all but the newest N checkpoints
   lifeboat version                       print the version
-  lifeboat help [run]                    show this help, or a command's flags
+  lifeboat help [COMMAND]                show this help, or a command's flags
 
 Every flag has an environment twin: --grace is LIFEBOAT_GRACE. A flag wins
-over its variable. Run 'lifeboat help run' for the flags of run.
+over its variable. Run 'lifeboat help COMMAND' for a command's flags.
+Store credentials come from the usual AWS_* (or MINIO_*) variables, the AWS
+credentials file, or IAM; never from flags.
 `)
 }

@@ -1,0 +1,372 @@
+package main
+
+// End-to-end tests of the checkpoint path: the real binary, a Python trainer
+// that saves the way Paddle jobs do, a directory store and a real MinIO
+// server, SIGTERM in the middle of training, and a restart that resumes.
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lifeboat-project/lifeboat/internal/testenv"
+)
+
+// storeKind is a store the checkpoint tests run against.
+type storeKind struct {
+	name string
+	url  func(t *testing.T) string
+	env  func(t *testing.T) []string
+}
+
+func storeKinds() []storeKind {
+	return []storeKind{
+		{
+			name: "fs",
+			url:  func(t *testing.T) string { return "file://" + filepath.Join(t.TempDir(), "store") },
+			env:  func(t *testing.T) []string { return nil },
+		},
+		{
+			name: "minio",
+			url: func(t *testing.T) string {
+				testenv.RequireMinIO(t)
+				b := make([]byte, 6)
+				_, _ = rand.Read(b)
+				return "s3://lifeboat-e2e-" + hex.EncodeToString(b) + "/job"
+			},
+			env: func(t *testing.T) []string {
+				m := testenv.RequireMinIO(t)
+				return []string{"AWS_ENDPOINT_URL=" + m.Endpoint, "AWS_ACCESS_KEY_ID=" + m.AccessKey,
+					"AWS_SECRET_ACCESS_KEY=" + m.SecretKey, "AWS_REGION=us-east-1", "LIFEBOAT_CREATE_BUCKET=true"}
+			},
+		},
+	}
+}
+
+// event is one JSON line from testdata/trainer.py.
+type event struct {
+	Event    string `json:"event"`
+	Step     int64  `json:"step"`
+	Verified bool   `json:"verified"`
+	Dir      string `json:"dir"`
+	LBStep   string `json:"lifeboat_step"`
+}
+
+// trainerRun is lifeboat run supervising the Python trainer.
+type trainerRun struct {
+	*lb
+	events chan event
+}
+
+func startTrainer(t *testing.T, env []string, args ...string) *trainerRun {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Fatal("python3 is needed for the trainer; scripts/test.sh installs it")
+	}
+	cmd := exec.Command(lifeboatBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	p := &lb{t: t, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p.pid = cmd.Process.Pid
+	tr := &trainerRun{lb: p, events: make(chan event, 1000)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var e event
+			if json.Unmarshal(sc.Bytes(), &e) == nil {
+				tr.events <- e
+			}
+			_, _ = p.stdout.Write(append(sc.Bytes(), '\n'))
+		}
+		close(tr.events)
+		_ = cmd.Wait()
+		p.code = cmd.ProcessState.ExitCode()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return tr
+}
+
+// next returns the next event, failing on a hang or an early exit.
+func (tr *trainerRun) next(t *testing.T) event {
+	t.Helper()
+	select {
+	case e, ok := <-tr.events:
+		if !ok {
+			t.Fatalf("trainer output ended; lifeboat stderr:\n%s", tail(tr.stderr.String()))
+		}
+		return e
+	case <-time.After(hangLimit):
+		t.Fatalf("no trainer event in %s; stderr:\n%s", hangLimit, tail(tr.stderr.String()))
+	}
+	return event{}
+}
+
+// lsJSON runs lifeboat ls --json against url.
+func lsJSON(t *testing.T, env []string, url string) []lsEntry {
+	t.Helper()
+	cmd := exec.Command(lifeboatBin, "ls", "--json", "--store", url)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("lifeboat ls: %v\n%s", err, stderr.String())
+	}
+	var entries []lsEntry
+	if err := json.Unmarshal(out, &entries); err != nil {
+		t.Fatalf("ls --json output %q: %v", out, err)
+	}
+	return entries
+}
+
+func latestComplete(entries []lsEntry) int64 {
+	latest := int64(-1)
+	for _, e := range entries {
+		if e.Complete && e.Step > latest {
+			latest = e.Step
+		}
+	}
+	return latest
+}
+
+// TestPreemptAndResume is the product's promise, for each way of saving and
+// each store: SIGTERM in the middle of training, the checkpoint is
+// committed, lifeboat exits 143, and a new pod with an empty directory
+// resumes from exactly the saved step with byte-identical files.
+func TestPreemptAndResume(t *testing.T) {
+	for _, sk := range storeKinds() {
+		for _, mode := range []string{"dirs", "backup", "marker"} {
+			t.Run(sk.name+"/"+mode, func(t *testing.T) {
+				url, env := sk.url(t), sk.env(t)
+				flags := []string{"run", "--store", url, "--settle", "300ms", "--scan-interval", "100ms", "--grace", "30s", "--keep", "2"}
+				dir1 := filepath.Join(t.TempDir(), "pod1")
+				tr := startTrainer(t, env, append(flags, "--dir", dir1, "--", "python3", "-u", "testdata/trainer.py", mode)...)
+				if e := tr.next(t); e.Event != "fresh" {
+					t.Fatalf("first run: %+v, want a fresh start", e)
+				}
+				// Let it save a few times (backup mode saves only at TERM).
+				for saved := 0; saved < 3 && mode != "backup"; {
+					if tr.next(t).Event == "saved" {
+						saved++
+					}
+				}
+				if mode == "backup" {
+					time.Sleep(500 * time.Millisecond)
+				}
+				tr.signal(syscall.SIGTERM)
+				var termStep int64 = -1
+				for e := range tr.events {
+					if e.Event == "terminated" {
+						termStep = e.Step
+					}
+				}
+				if code := tr.wait(); code != 143 {
+					t.Fatalf("exit %d, want 143; stderr:\n%s", code, tail(tr.stderr.String()))
+				}
+				if termStep < 0 {
+					t.Fatalf("the trainer's SIGTERM handler never ran")
+				}
+				entries := lsJSON(t, env, url)
+				latest := latestComplete(entries)
+				switch mode {
+				case "backup":
+					if latest != 0 {
+						t.Errorf("backup saved at TERM committed as step %d, want counter step 0", latest)
+					}
+				default:
+					if latest <= 0 || latest > termStep {
+						t.Errorf("latest committed step %d, want a saved step <= %d", latest, termStep)
+					}
+				}
+				if len(entries) > 3 {
+					t.Errorf("--keep 2 left %d checkpoints: %+v", len(entries), entries)
+				}
+
+				dir2 := filepath.Join(t.TempDir(), "pod2")
+				tr2 := startTrainer(t, env, append(flags, "--dir", dir2, "--", "python3", "-u", "testdata/trainer.py", mode)...)
+				e := tr2.next(t)
+				wantStep := latest
+				if mode == "backup" {
+					wantStep = termStep // the model's own step, saved in state.json
+				}
+				if e.Event != "resumed" || !e.Verified || e.Step != wantStep || e.LBStep != fmt.Sprint(latest) {
+					t.Errorf("second run: %+v; want resumed and verified at trainer step %d, LIFEBOAT_RESUME_STEP %d", e, wantStep, latest)
+				}
+				tr2.signal(syscall.SIGTERM)
+				tr2.wait()
+			})
+		}
+	}
+}
+
+// TestRestoreFallsBackPastCorruption: verify names a corrupt chunk, and
+// restore (the init-container form) falls back to the previous checkpoint.
+func TestRestoreFallsBackPastCorruption(t *testing.T) {
+	root := t.TempDir()
+	url := "file://" + filepath.Join(root, "store")
+	flags := []string{"run", "--store", url, "--settle", "200ms", "--scan-interval", "50ms", "--keep", "0"}
+	tr := startTrainer(t, []string{"TRAINER_EVERY=20"}, append(flags, "--dir", filepath.Join(root, "pod1"), "--", "python3", "-u", "testdata/trainer.py", "dirs")...)
+	var saved []int64
+	for len(saved) < 4 {
+		if e := tr.next(t); e.Event == "saved" {
+			saved = append(saved, e.Step)
+		}
+	}
+	tr.signal(syscall.SIGTERM)
+	tr.wait()
+	entries := lsJSON(t, nil, url)
+	if len(entries) < 2 {
+		t.Fatalf("want at least 2 checkpoints, got %+v", entries)
+	}
+	newest, previous := entries[len(entries)-1].Step, entries[len(entries)-2].Step
+
+	// Flip a byte in a chunk only the newest checkpoint has: the model
+	// bytes depend on the step, so its chunks are its own.
+	// The newest large chunk is the newest checkpoint's model.
+	chunks, _ := filepath.Glob(filepath.Join(root, "store", "chunks", "*", "*"))
+	var target string
+	newestTime := time.Time{}
+	for _, c := range chunks {
+		fi, _ := os.Stat(c)
+		if fi.Size() > 1000 && fi.ModTime().After(newestTime) {
+			newestTime, target = fi.ModTime(), c
+		}
+	}
+	b, err := os.ReadFile(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x01
+	if err := os.WriteFile(target, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := exec.Command(lifeboatBin, "verify", "--store", url, "--read-data-subset", "all", fmt.Sprint(newest)).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "corrupt-chunk") {
+		t.Errorf("verify of the corrupted step %d: %v\n%s", newest, err, out)
+	}
+	out, err = exec.Command(lifeboatBin, "verify", "--store", url, fmt.Sprint(previous)).CombinedOutput()
+	if err != nil {
+		t.Errorf("verify of the intact step %d: %v\n%s", previous, err, out)
+	}
+	dir := filepath.Join(root, "restored")
+	cmd := exec.Command(lifeboatBin, "restore", "--store", url, "--dir", dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err = cmd.Output()
+	if err != nil || !strings.Contains(string(out), fmt.Sprintf("restored step %d", previous)) {
+		t.Fatalf("restore: %v, %q; want step %d after falling back\n%s", err, out, previous, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "resume.fallback") {
+		t.Errorf("restore did not say why it fell back:\n%s", stderr.String())
+	}
+	var r resume
+	b, err = os.ReadFile(filepath.Join(dir, resumeFile))
+	if err != nil || json.Unmarshal(b, &r) != nil || r.Step != previous {
+		t.Errorf("%s: %q, %v; want step %d", resumeFile, b, err, previous)
+	}
+
+	out, err = exec.Command(lifeboatBin, "prune", "--store", url, "--keep", "1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("prune: %v\n%s", err, out)
+	}
+	if left := lsJSON(t, nil, url); len(left) != 1 || left[0].Step != newest {
+		t.Errorf("after prune --keep 1: %+v, want only step %d", left, newest)
+	}
+}
+
+// TestSidecarFlushesOnTerm: the sidecar uploads what a trainer in another
+// container writes, and on SIGTERM commits the last checkpoint.
+func TestSidecarFlushesOnTerm(t *testing.T) {
+	root := t.TempDir()
+	url, dir := "file://"+filepath.Join(root, "store"), filepath.Join(root, "shared")
+	p := start(t, "plain", "sidecar", "--store", url, "--dir", dir, "--settle", "1h", "--grace", "30s")
+	waitFor(t, p, func() bool { return strings.Contains(p.stderr.String(), "sidecar.started") })
+	if err := os.MkdirAll(filepath.Join(dir, "step-000042"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "step-000042", "model.pdparams"), bytes.Repeat([]byte("w"), 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(); code != 0 {
+		t.Fatalf("sidecar exit %d; stderr:\n%s", code, p.stderr.String())
+	}
+	if latest := latestComplete(lsJSON(t, nil, url)); latest != 42 {
+		t.Errorf("latest %d after the sidecar's flush, want 42", latest)
+	}
+}
+
+// TestCheckpointFlagErrors: bad checkpoint configuration is a clear error
+// and starts nothing.
+func TestCheckpointFlagErrors(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "ran")
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"run", "--dir", "/tmp/x", "--", "touch", marker}, 2, "--dir is set but --store is not"},
+		{[]string{"run", "--store", "file:///tmp/lb-store", "--", "touch", marker}, 125, "--store is set but --dir is not"},
+		{[]string{"run", "--store", "ftp://x/y", "--dir", t.TempDir(), "--", "touch", marker}, 125, "--store (LIFEBOAT_STORE)"},
+		{[]string{"run", "--store", "file://relative", "--dir", t.TempDir(), "--", "touch", marker}, 125, "--store (LIFEBOAT_STORE)"},
+		{[]string{"run", "--store", "file:///tmp/lb-store", "--dir", t.TempDir(), "--step-pattern", "(", "--", "touch", marker}, 125, "--step-pattern"},
+		{[]string{"run", "--store", "file:///tmp/lb-store", "--dir", t.TempDir(), "--rank", "3", "--world-size", "2", "--", "touch", marker}, 2, "must be below --world-size"},
+		{[]string{"run", "--store", "s3://no-such-bucket-here/x", "--s3-endpoint", "http://127.0.0.1:1", "--dir", t.TempDir(), "--", "touch", marker}, 125, "127.0.0.1:1"},
+		{[]string{"verify", "--store", "file:///tmp/lb-store", "notastep"}, 2, "not a step"},
+		{[]string{"prune", "--store", "file:///tmp/lb-store", "--keep", "0"}, 2, "keep at least 1"},
+		{[]string{"restore", "--store", "file:///tmp/lb-store"}, 2, "--dir (LIFEBOAT_DIR) is required"},
+	} {
+		cmd := exec.Command(lifeboatBin, tc.args...)
+		cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID=AKIDLIFEBOATTEST", "AWS_SECRET_ACCESS_KEY=lifeboat-secret-value-xyz")
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != tc.code || !strings.Contains(string(out), tc.msg) {
+			t.Errorf("%v: exit %d, output %q; want %d and %q", tc.args, code, out, tc.code, tc.msg)
+		}
+		if strings.Contains(string(out), "lifeboat-secret-value-xyz") {
+			t.Errorf("%v: the secret key appears in the output", tc.args)
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("a command was started despite a configuration error")
+	}
+}
+
+// waitFor polls cond until it holds or lifeboat exits.
+func waitFor(t *testing.T, p *lb, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(hangLimit); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+		if !p.alive() {
+			t.Fatalf("lifeboat exited (%d); stderr:\n%s", p.code, p.stderr.String())
+		}
+	}
+	t.Fatalf("condition never held; stderr:\n%s", p.stderr.String())
+}

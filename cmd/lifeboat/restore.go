@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	"github.com/lifeboat-project/lifeboat/checkpoint"
+)
+
+// restoreOptions are the flags of `lifeboat restore`, the init-container
+// form of resume.
+type restoreOptions struct {
+	common  commonOptions
+	store   storeOptions
+	ranks   rankOptions
+	dir     string
+	step    int64
+	workers int
+}
+
+func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o := &restoreOptions{}
+	fs := newFlagSet("restore", stderr)
+	o.common.register(fs)
+	o.store.register(fs)
+	o.ranks.register(fs)
+	fs.StringVar(&o.dir, "dir", "", "directory to restore into (the trainer's checkpoint directory)")
+	fs.Int64Var(&o.step, "step", -1, "restore this step instead of the newest complete one")
+	fs.IntVar(&o.workers, "workers", checkpoint.DefaultWorkers, "parallel chunk downloads")
+	fs.Usage = flagUsage(fs, stderr, "lifeboat restore --store URL --dir DIR [flags]")
+	if code := parseCmd(fs, args, stderr); code >= 0 {
+		return code
+	}
+	log, ok := o.common.logger("restore", stderr)
+	if !ok {
+		return 2
+	}
+	if o.dir == "" {
+		fmt.Fprintln(stderr, "lifeboat restore: --dir (LIFEBOAT_DIR) is required: the directory to restore into")
+		return 2
+	}
+	if err := o.ranks.resolve(os.Getenv); err != nil {
+		fmt.Fprintf(stderr, "lifeboat restore: %v\n", err)
+		return 2
+	}
+	if err := os.MkdirAll(o.dir, 0o755); err != nil {
+		fmt.Fprintf(stderr, "lifeboat restore: create --dir %s: %v\n", o.dir, err)
+		return 1
+	}
+	s, err := o.store.open(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "lifeboat restore: %v\n", err)
+		return 1
+	}
+	if o.step >= 0 {
+		res, err := checkpoint.Restore(ctx, s, o.step, o.ranks.rank, o.dir, checkpoint.RestoreOptions{WorldSize: o.ranks.worldSize, Workers: o.workers, Log: log})
+		if err != nil {
+			fmt.Fprintf(stderr, "lifeboat restore: step %d: %v\n", o.step, err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "restored step %d (%d files, %d bytes) into %s\n", res.Step, res.Files, res.Bytes, o.dir)
+		return 0
+	}
+	r, _, err := restoreLatest(ctx, s, o.dir, o.ranks, o.workers, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "lifeboat restore: %v\n", err)
+		return 1
+	}
+	if r == nil {
+		fmt.Fprintf(stdout, "no complete checkpoint in %s: the trainer starts fresh\n", s)
+		return 0
+	}
+	fmt.Fprintf(stdout, "restored step %s (id %s) into %s\n", strconv.FormatInt(r.Step, 10), r.ID, r.Dir)
+	return 0
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/lifeboat-project/lifeboat/supervisor"
+)
+
+// sidecarOptions are the flags of `lifeboat sidecar`: upload the
+// checkpoints a trainer in another container writes to a shared volume.
+type sidecarOptions struct {
+	common     commonOptions
+	store      storeOptions
+	checkpoint checkpointOptions
+	ranks      rankOptions
+	grace      time.Duration
+	flushWait  time.Duration
+}
+
+func sidecarCmd(ctx context.Context, args []string, stderr io.Writer) int {
+	o := &sidecarOptions{}
+	fs := newFlagSet("sidecar", stderr)
+	o.common.register(fs)
+	o.store.register(fs)
+	o.checkpoint.register(fs)
+	o.ranks.register(fs)
+	fs.DurationVar(&o.grace, "grace", supervisor.DefaultGrace, "the pod's terminationGracePeriodSeconds: the final upload must end within it")
+	fs.DurationVar(&o.flushWait, "flush-wait", 0,
+		"after SIGTERM, keep watching this long for the trainer's last checkpoint before the final upload (0 for a native sidecar, which Kubernetes stops after the trainer)")
+	fs.Usage = flagUsage(fs, stderr, "lifeboat sidecar --store URL --dir DIR [flags]")
+	if code := parseCmd(fs, args, stderr); code >= 0 {
+		return code
+	}
+	log, ok := o.common.logger("sidecar", stderr)
+	if !ok {
+		return 2
+	}
+	if o.checkpoint.restore == "auto" {
+		// The trainer's own container (or an init container) restores;
+		// the sidecar only uploads.
+		o.checkpoint.restore = "never"
+	}
+	if o.flushWait < 0 || o.flushWait >= o.grace {
+		fmt.Fprintf(stderr, "lifeboat sidecar: --flush-wait (LIFEBOAT_FLUSH_WAIT) is %s; it must be between 0 and --grace (%s)\n", o.flushWait, o.grace)
+		return 2
+	}
+	if err := o.ranks.resolve(os.Getenv); err != nil {
+		fmt.Fprintf(stderr, "lifeboat sidecar: %v\n", err)
+		return 2
+	}
+	p, err := newPipeline(ctx, &o.store, &o.checkpoint, o.ranks, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "lifeboat sidecar: %v\n", err)
+		return 1
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	agentCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { p.agent.Run(agentCtx); close(done) }()
+	log.Info("sidecar.started", "store", p.store.String(), "dir", o.checkpoint.dir)
+	var sig os.Signal
+	select {
+	case sig = <-sigs:
+	case <-ctx.Done():
+	}
+	stopAt := time.Now()
+	log.Info("sidecar.stopping", "signal", fmt.Sprint(sig), "flush_wait", o.flushWait.String(), "grace", o.grace.String())
+	if o.flushWait > 0 {
+		time.Sleep(o.flushWait)
+	}
+	fctx, fcancel := context.WithDeadline(context.Background(), stopAt.Add(o.grace-supervisor.ExitMargin))
+	defer fcancel()
+	err = p.agent.Flush(fctx)
+	<-done
+	if err != nil {
+		log.Error("sidecar.final_upload_failed", "err", err)
+		return supervisor.CodeFlushFailed
+	}
+	return 0
+}

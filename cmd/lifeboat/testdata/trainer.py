@@ -1,0 +1,85 @@
+"""A stdlib-only trainer stand-in that saves checkpoints the ways real
+Paddle jobs do, and resumes from what lifeboat restored.
+
+    python3 trainer.py MODE
+      dirs    a new directory per checkpoint: $LIFEBOAT_DIR/step-000025/
+      backup  only on SIGTERM, in place: $LIFEBOAT_DIR/backup/latest.pdparams
+      marker  $LIFEBOAT_DIR/ckpt/ rewritten, then the marker file with the step
+
+Every event is one JSON line on stdout. The "model" is bytes derived from
+the step, so a resumed trainer can check it got exactly what was saved.
+"""
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+
+MODE = sys.argv[1]
+EVERY = int(os.environ.get("TRAINER_EVERY", "25"))
+SIZE = int(os.environ.get("TRAINER_MODEL_BYTES", str(300 * 1024)))
+root = os.environ["LIFEBOAT_DIR"]
+marker = os.environ.get("LIFEBOAT_MARKER", ".lifeboat-commit")
+
+
+def emit(**kv):
+    print(json.dumps(kv), flush=True)
+
+
+def model_bytes(step):
+    seed = hashlib.sha256(str(step).encode()).digest()
+    return (seed * (SIZE // len(seed) + 1))[:SIZE]
+
+
+def save(path, step):
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "model.pdparams"), "wb") as f:
+        f.write(model_bytes(step))
+    with open(os.path.join(path, "state.json"), "w") as f:
+        json.dump({"step": step}, f)
+
+
+def load(path):
+    with open(os.path.join(path, "state.json")) as f:
+        step = json.load(f)["step"]
+    with open(os.path.join(path, "model.pdparams"), "rb") as f:
+        ok = f.read() == model_bytes(step)
+    return step, ok
+
+
+step = 0
+resume_dir = os.environ.get("LIFEBOAT_RESUME_DIR", "")
+if resume_dir:
+    step, ok = load(resume_dir)
+    emit(event="resumed", step=step, verified=ok, dir=resume_dir,
+         lifeboat_step=os.environ.get("LIFEBOAT_RESUME_STEP"))
+else:
+    emit(event="fresh")
+
+
+def on_term(signum, frame):
+    if MODE == "backup":
+        save(os.path.join(root, "backup"), step)
+    emit(event="terminated", step=step)
+    sys.exit(0)
+
+
+signal.signal(signal.SIGTERM, on_term)
+while True:
+    step += 1
+    time.sleep(0.01)
+    if step % EVERY:
+        continue
+    if MODE == "dirs":
+        save(os.path.join(root, "step-%06d" % step), step)
+    elif MODE == "marker":
+        d = os.path.join(root, "ckpt")
+        m = os.path.join(d, marker)
+        if os.path.exists(m):
+            os.remove(m)
+        save(d, step)
+        with open(m + ".tmp", "w") as f:
+            f.write(str(step))
+        os.rename(m + ".tmp", m)
+    emit(event="saved", step=step)
