@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The local demo: lifeboat supervises a toy trainer, a preemption's SIGTERM
-# arrives in the middle of training, the trainer's own handler saves and
-# exits 0, and lifeboat exits 143 so Kubernetes would retry the pod instead
-# of marking it Completed. No cloud account, no Docker.
+# The local preempt-and-resume demo, with no cloud account and no Docker:
+#   1. lifeboat runs a toy trainer and uploads its checkpoints to a store
+#      (a directory here; any s3:// store works the same way),
+#   2. a preemption's SIGTERM arrives in the middle of training: the trainer's
+#      own handler saves and exits 0, lifeboat commits that checkpoint within
+#      the grace budget and exits 143 so Kubernetes would retry the pod,
+#   3. a new "pod" with an empty checkpoint directory starts: lifeboat restores
+#      the newest complete checkpoint and the trainer resumes from its step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -12,21 +16,41 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/lifeboat-demo.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 log "building lifeboat"
 go build -o "$work/lifeboat" ./cmd/lifeboat
+lb=$work/lifeboat
+store="file://$work/store"
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
-log "starting: lifeboat run --grace 10s -- python3 examples/demo/train.py"
-DEMO_OUT=$work "$work/lifeboat" run --grace 10s --log-format text --termination-log "$work/termination-log" \
-	-- python3 -u examples/demo/train.py &
-pid=$!
-sleep 2
-log "preemption: sending SIGTERM to lifeboat (pid $pid), as the kubelet would"
-start=$(date +%s%N)
-kill -TERM "$pid"
+# run_pod NAME: lifeboat run with the pod's own empty checkpoint directory.
+# Lifeboat's own log (JSON on stderr) goes through examples/demo/events.py,
+# which shows the events a person follows; the trainer's output is as is.
+# Lifeboat's pid is written to $work/NAME.pid.
+run_pod() {
+	{ sh -c 'echo $$ >"$0"; exec "$@"' "$work/$1.pid" \
+		"$lb" run --store "$store" --dir "$work/$1" --grace 20s --settle 1s --scan-interval 250ms \
+		-- python3 -u examples/demo/train.py 2>&1 1>&3 3>&- |
+		python3 -u examples/demo/events.py 1>&2; } 3>&1
+}
+
+log "pod 1: lifeboat run --store $store --dir pod1 -- python3 examples/demo/train.py"
+run_pod pod1 &
+bg=$!
+sleep 2.5
+pid=$(cat "$work/pod1.pid")
+log "preemption: SIGTERM to lifeboat (pid $pid), as the kubelet sends it"
+t0=$(now_ms)
 set +e
-wait "$pid"
+kill -TERM "$pid"
+wait "$bg"
 code=$?
 set -e
-end=$(date +%s%N)
-log "lifeboat exited $code after $(((end - start) / 1000000)) ms (143: preempted, the Job retries; the trainer itself exited 0)"
-log "trainer saved step $(cat "$work/saved_step")"
-log "termination log: $(cat "$work/termination-log")"
+log "pod 1 ended with exit code $code after $(($(now_ms) - t0)) ms (143: preempted, a Job retries it; the trainer itself exited 0)"
 [ "$code" = 143 ] || { log "unexpected exit code $code"; exit 1; }
+
+log "the store now holds (lifeboat ls):"
+"$lb" ls --store "$store" >&2
+
+log "pod 2: a new pod, empty checkpoint directory, same command"
+run_pod pod2
+log "pod 2 finished training; store (lifeboat ls):"
+"$lb" ls --store "$store" >&2
+log "demo done: the checkpoint written at SIGTERM survived the preemption and training resumed from it"

@@ -264,8 +264,9 @@ func hostPid(t *testing.T, root, nsPid int) int {
 // tree that ignores TERM with a 2 s grace: if each TERM reset the deadline,
 // lifeboat would outlive the barrage.
 func TestSecondTermDoesNotResetDeadline(t *testing.T) {
-	p := start(t, "plain", "run", "--grace", "2s", "--", childBin, "ignore-term")
-	time.Sleep(100 * time.Millisecond)
+	out := filepath.Join(t.TempDir(), "child")
+	p := start(t, "plain", "run", "--grace", "2s", "--", childBin, "ignore-term", out)
+	waitFile(t, p, out+".ready")
 	for i := 0; i < 50 && p.alive(); i++ {
 		_ = syscall.Kill(p.pid, syscall.SIGTERM)
 		time.Sleep(200 * time.Millisecond)

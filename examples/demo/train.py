@@ -1,30 +1,54 @@
-"""A toy trainer with the SIGTERM handler most teams hand-write.
+"""A toy trainer written the way many Paddle jobs are, unmodified for lifeboat.
 
-It counts steps, and on SIGTERM saves its step to a file and exits 0 -- which
-is exactly what makes a Kubernetes Job look "Completed" after a preemption.
-Lifeboat turns that exit 0 into 143 so the Job is retried.
+It fits y = 3x + 1 with plain Python, saves a checkpoint directory every 100
+steps (step-000100/model.pdparams), and has the hand-written SIGTERM handler
+most teams use: save backup/latest.pdparams and exit 0. When lifeboat
+restored a checkpoint, LIFEBOAT_RESUME_DIR says where, and it resumes there.
 """
 import os
+import pickle
+import random
 import signal
 import sys
 import time
 
-out = os.environ.get("DEMO_OUT", ".")
-step = 0
+ckpt_dir = os.environ.get("LIFEBOAT_DIR", "ckpt")
+total = int(os.environ.get("DEMO_STEPS", "600"))
+state = {"step": 0, "w": 0.0, "b": 0.0}
+
+
+def save(path):
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "model.pdparams"), "wb") as f:
+        pickle.dump(state, f)
+        f.write(os.urandom(2 << 20))  # stand-in for the tensors: 2 MiB
+
+
+resume = os.environ.get("LIFEBOAT_RESUME_DIR")
+if resume:
+    with open(os.path.join(resume, "model.pdparams"), "rb") as f:
+        state = pickle.load(f)
+    print(f"trainer: resumed from {resume} at step {state['step']} (w={state['w']:.3f} b={state['b']:.3f})", flush=True)
+else:
+    print("trainer: no checkpoint, starting from step 0", flush=True)
 
 
 def on_term(signum, frame):
-    path = os.path.join(out, "saved_step")
-    with open(path, "w") as f:
-        f.write(str(step))
-    print(f"trainer: got signal {signum} at step {step}; saved {path}; exiting 0", flush=True)
+    save(os.path.join(ckpt_dir, "backup"))
+    print(f"trainer: SIGTERM at step {state['step']}: saved backup/latest.pdparams, exiting 0", flush=True)
     sys.exit(0)
 
 
 signal.signal(signal.SIGTERM, on_term)
-print(f"trainer: pid {os.getpid()}, process group {os.getpgrp()}", flush=True)
-while True:
-    step += 1
-    if step % 10 == 0:
-        print(f"trainer: step {step}", flush=True)
-    time.sleep(0.05)
+rng = random.Random(state["step"])
+while state["step"] < total:
+    x = rng.uniform(-1, 1)
+    err = state["w"] * x + state["b"] - (3 * x + 1)
+    state["w"] -= 0.05 * err * x
+    state["b"] -= 0.05 * err
+    state["step"] += 1
+    if state["step"] % 100 == 0:
+        save(os.path.join(ckpt_dir, f"step-{state['step']:06d}"))
+        print(f"trainer: step {state['step']}: saved step-{state['step']:06d}/ (w={state['w']:.3f} b={state['b']:.3f})", flush=True)
+    time.sleep(0.005)
+print(f"trainer: done at step {state['step']} (w={state['w']:.3f} b={state['b']:.3f})", flush=True)

@@ -5,7 +5,7 @@
 //	child orphans N                         start N processes that outlive it, print nothing, exit 0
 //	child cleanup OUT DELAY                 on TERM wait DELAY, write "clean" to OUT, exit 0
 //	child escape OUT                        double-fork a setsid process that ignores TERM; write its pid to OUT
-//	child ignore-term                       ignore TERM and sleep
+//	child ignore-term [OUT]                 ignore TERM (then write OUT.ready) and sleep
 //	child sleep D                           sleep D and exit 0
 package main
 
@@ -46,6 +46,8 @@ func main() {
 			fatal(err.Error())
 		}
 	case "escape":
+		// Ignore TERM before anyone can know we exist (the pid file below).
+		signal.Ignore(syscall.SIGTERM)
 		// First fork: a process that starts a new session, forks the
 		// escapee, and exits, so the escapee is orphaned outside the group.
 		c := exec.Command(os.Args[0], "escape-inner", os.Args[2])
@@ -53,7 +55,6 @@ func main() {
 		if err := c.Run(); err != nil {
 			fatal(err.Error())
 		}
-		signal.Ignore(syscall.SIGTERM)
 		sleepForever()
 	case "escape-inner":
 		c := exec.Command(os.Args[0], "ignore-term")
@@ -65,6 +66,9 @@ func main() {
 		}
 	case "ignore-term":
 		signal.Ignore(syscall.SIGTERM)
+		if len(os.Args) > 2 {
+			ready(os.Args[2])
+		}
 		sleepForever()
 	case "sleep":
 		d, _ := time.ParseDuration(os.Args[2])
