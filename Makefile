@@ -1,0 +1,32 @@
+# Convenience targets; the scripts are the source of truth.
+.PHONY: demo test build bench bench-pid1 bench-storage bench-checkpoint fuzz image
+
+build:
+	go build -o bin/lifeboat ./cmd/lifeboat
+
+demo:
+	scripts/demo.sh
+
+test:
+	scripts/test.sh
+
+image:
+	scripts/docker-build.sh
+
+bench: bench-pid1 bench-storage bench-checkpoint
+
+bench-pid1:
+	bench/pid1.sh
+
+bench-storage:
+	bench/storage.sh
+
+bench-checkpoint:
+	bench/checkpoint.sh
+
+# Long fuzzing runs (CI runs each target briefly as part of go test).
+FUZZTIME ?= 5m
+fuzz:
+	go test -run '^$$' -fuzz FuzzDecodeManifest -fuzztime $(FUZZTIME) ./checkpoint/
+	go test -run '^$$' -fuzz FuzzParseURL -fuzztime $(FUZZTIME) ./storage/
+	go test -run '^$$' -fuzz FuzzParseRewrite -fuzztime $(FUZZTIME) ./signals/
