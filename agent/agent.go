@@ -155,6 +155,14 @@ type job struct {
 func (a *Agent) Run(ctx context.Context) {
 	close(a.running)
 	defer close(a.stopped)
+	defer func() {
+		// PID 1 must not die because of an upload: a bug here ends the
+		// uploads, not lifeboat, and Flush then reports it.
+		if r := recover(); r != nil {
+			a.cfg.Log.Error("checkpoint.agent_panic", "panic", fmt.Sprint(r),
+				"effect", "no more uploads in this run; the trainer goes on")
+		}
+	}()
 	var inflight *job
 	fails := 0
 	next := time.NewTimer(0)
@@ -277,7 +285,14 @@ func (a *Agent) start(ctx context.Context, r watch.Ready) *job {
 	a.mu.Lock()
 	a.stats.PendingBytes, a.stats.InFlightStep = r.Bytes(), r.Step
 	a.mu.Unlock()
-	go func() { j.done <- a.upload(ctx, r, true) }()
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				j.done <- fmt.Errorf("upload of step %d panicked: %v", r.Step, p)
+			}
+		}()
+		j.done <- a.upload(ctx, r, true)
+	}()
 	return j
 }
 
@@ -362,7 +377,17 @@ func (a *Agent) Flush(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("agent: flush: %w", context.Cause(ctx))
 	}
-	return <-reply
+	select {
+	case err := <-reply:
+		return err
+	case <-a.stopped:
+		select {
+		case err := <-reply:
+			return err
+		default:
+			return errors.New("agent: the final upload ended without a result (see the agent_panic event)")
+		}
+	}
 }
 
 // flush runs in Run's goroutine.

@@ -239,3 +239,26 @@ func TestRestoredInPlaceBackup(t *testing.T) {
 		t.Errorf("rewritten backup committed as step %d, want 8", st.LastStep)
 	}
 }
+
+// TestPanicInStoreIsContained: a store client that panics (wrapped with
+// storage.Recover, as cmd/lifeboat does) fails uploads; the agent goes on,
+// and Flush reports the failure instead of hanging or crashing.
+func TestPanicInStoreIsContained(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	dir := t.TempDir()
+	s := storage.Recover(&mem.FaultStore{Inner: mem.New(), OnPut: func(context.Context, string, io.Reader, int64, storage.PutOptions) (storage.ObjectInfo, error) {
+		panic("injected bug in a store")
+	}})
+	writeFile(t, filepath.Join(dir, "step-1", "model.pdparams"), 10<<10, 1)
+	a := setup(t, dir, s, time.Millisecond, 5*time.Millisecond)
+	stop := run(t, a)
+	defer stop()
+	waitFor(t, "a failed upload", func() bool { return a.Stats().Failures >= 1 })
+	if st := a.Stats(); !strings.Contains(st.LastUploadError, "panic in the store client") {
+		t.Errorf("last error %q, want the panic reported", st.LastUploadError)
+	}
+	writeFile(t, filepath.Join(dir, "step-2", "model.pdparams"), 10<<10, 2)
+	if err := a.Flush(context.Background()); err == nil {
+		t.Errorf("Flush succeeded with a panicking store")
+	}
+}

@@ -268,7 +268,14 @@ func (l *loop) afterExit(sigs <-chan os.Signal) {
 	defer cancel()
 	l.cancelExit = cancel
 	done := make(chan error, 1)
-	go func() { done <- l.cfg.AfterExit(ctx, stopped) }()
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- fmt.Errorf("final upload panicked: %v", r)
+			}
+		}()
+		done <- l.cfg.AfterExit(ctx, stopped)
+	}()
 	tick := time.NewTicker(reapInterval)
 	defer tick.Stop()
 	for {

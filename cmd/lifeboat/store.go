@@ -53,7 +53,11 @@ func (o *storeOptions) open(ctx context.Context) (storage.Store, error) {
 		if err := os.MkdirAll(loc.Path, 0o755); err != nil {
 			return nil, fmt.Errorf("--store %s: create the directory: %w", o.url, err)
 		}
-		return fsstore.New(loc.Path)
+		s, err := fsstore.New(loc.Path)
+		if err != nil {
+			return nil, err
+		}
+		return storage.Recover(s), nil
 	case "s3":
 		var cfg s3.Config
 		cfg.FromEnv(os.Getenv)
@@ -79,7 +83,11 @@ func (o *storeOptions) open(ctx context.Context) (storage.Store, error) {
 		if err := cfg.Validate(); err != nil {
 			return nil, err
 		}
-		return s3.New(ctx, cfg)
+		s, err := s3.New(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return storage.Recover(s), nil
 	}
 	return nil, fmt.Errorf("--store (LIFEBOAT_STORE): unsupported scheme %q", loc.Scheme)
 }
