@@ -61,7 +61,11 @@ func main() {
 		if err := c.Start(); err != nil {
 			fatal(err.Error())
 		}
-		if err := os.WriteFile(os.Args[2], []byte(strconv.Itoa(c.Process.Pid)), 0o644); err != nil {
+		// Atomically: the test reads it as soon as it exists.
+		if err := os.WriteFile(os.Args[2]+".tmp", []byte(strconv.Itoa(c.Process.Pid)), 0o644); err != nil {
+			fatal(err.Error())
+		}
+		if err := os.Rename(os.Args[2]+".tmp", os.Args[2]); err != nil {
 			fatal(err.Error())
 		}
 	case "ignore-term":
