@@ -34,3 +34,5 @@ log "building $tag"
 DOCKER_BUILDKIT=0 docker build -q --network host --build-arg GO_IMAGE="$goimage" \
 	--build-arg VERSION="$(git describe --always --dirty 2>/dev/null || echo dev)" -t "$tag" . >/dev/null
 docker run --rm "$tag" version
+# The image's binary as PID 1 of a container, supervising a child (itself).
+docker run --rm "$tag" run --log-level warn -- /lifeboat version
