@@ -219,6 +219,17 @@ func TestPreemptAndResume(t *testing.T) {
 				}
 				tr2.signal(syscall.SIGTERM)
 				tr2.wait()
+				// Credentials never reach a log line.
+				for _, kv := range env {
+					k, v, _ := strings.Cut(kv, "=")
+					if (k == "AWS_SECRET_ACCESS_KEY" || k == "AWS_ACCESS_KEY_ID") && v != "" {
+						for _, out := range []string{tr.stderr.String(), tr2.stderr.String()} {
+							if strings.Contains(out, v) {
+								t.Errorf("%s appears in lifeboat's log", k)
+							}
+						}
+					}
+				}
 			})
 		}
 	}
