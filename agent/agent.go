@@ -82,6 +82,7 @@ type Agent struct {
 
 type flushReq struct {
 	ctx   context.Context
+	keep  bool // Sync: go on running afterwards
 	reply chan error
 }
 
@@ -181,7 +182,11 @@ func (a *Agent) Run(ctx context.Context) {
 			return
 		case req := <-a.flushCh:
 			req.reply <- a.flush(req.ctx, inflight)
-			return
+			if !req.keep {
+				return
+			}
+			inflight = nil
+			next.Reset(a.cfg.Interval)
 		case err := <-doneC:
 			a.finished(inflight.r, err)
 			inflight = nil
@@ -363,7 +368,13 @@ func (a *Agent) finished(r watch.Ready, err error) {
 // newest checkpoint could not be committed in time (the previous committed
 // one then stays the latest). Flush waits for Run to start; Run returns
 // after serving one Flush.
-func (a *Agent) Flush(ctx context.Context) error {
+func (a *Agent) Flush(ctx context.Context) error { return a.request(ctx, false) }
+
+// Sync is Flush without ending the loop: after a trainer crash, it commits
+// what the trainer completed before it is restarted.
+func (a *Agent) Sync(ctx context.Context) error { return a.request(ctx, true) }
+
+func (a *Agent) request(ctx context.Context, keep bool) error {
 	select {
 	case <-a.running:
 	case <-ctx.Done():
@@ -371,7 +382,7 @@ func (a *Agent) Flush(ctx context.Context) error {
 	}
 	reply := make(chan error, 1)
 	select {
-	case a.flushCh <- flushReq{ctx: ctx, reply: reply}:
+	case a.flushCh <- flushReq{ctx: ctx, keep: keep, reply: reply}:
 	case <-a.stopped:
 		return errors.New("agent: flush after the agent stopped")
 	case <-ctx.Done():

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -71,6 +72,40 @@ type Config struct {
 	// log, and turns a clean exit 0 into CodeFlushFailed.
 	AfterExit        func(ctx context.Context, stopped bool) error
 	AfterExitTimeout time.Duration // default Grace
+
+	// MaxRuntime, when set, stops the trainer exactly as a preemption would
+	// once it has run this long (clusters that reclaim jobs older than 72h),
+	// so the last checkpoint is saved and committed and the pod is retried.
+	MaxRuntime time.Duration
+	// Notices delivers cloud preemption notices. Each sends NoticeSignal to
+	// the trainer (default: the first stop signal) and pulls the grace
+	// deadline in to the notice's deadline (less ExitMargin).
+	Notices      <-chan Notice
+	NoticeSignal unix.Signal
+	// Restart restarts a crashed trainer in place.
+	Restart RestartPolicy
+	// BeforeRestart, when set, runs between a crash and the restart (with
+	// the trainer's tree gone): it commits what the trainer completed and
+	// restores the newest committed checkpoint, and returns environment
+	// variables to set for the new trainer.
+	BeforeRestart func(ctx context.Context, attempt int) ([]string, error)
+}
+
+// Notice is a cloud provider's warning that the machine goes away.
+type Notice struct {
+	Source   string    // "aws", "gcp", ...
+	Deadline time.Time // when the machine goes away; zero if unknown
+	Detail   string
+}
+
+// RestartPolicy says when a trainer that exited on its own is started
+// again in the same container.
+type RestartPolicy struct {
+	// OnFailure restarts a trainer that exited non-zero (or was killed by a
+	// signal) without lifeboat having stopped it: NCCL timeouts, segfaults.
+	OnFailure bool
+	Max       int           // restarts allowed; 0 means none
+	Backoff   time.Duration // wait before the first restart, doubled each time (max 5m)
 }
 
 // ExitMargin is kept free at the end of the grace budget so that lifeboat
@@ -127,6 +162,9 @@ func (c *Config) setDefaults() {
 	if c.AfterExitTimeout == 0 {
 		c.AfterExitTimeout = c.Grace
 	}
+	if c.NoticeSignal == 0 {
+		c.NoticeSignal = c.StopSignals[0]
+	}
 }
 
 // Validate reports the first thing wrong with c, as a sentence naming the
@@ -146,6 +184,15 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("--stop-signals (LIFEBOAT_STOP_SIGNALS) names %s, which lifeboat cannot receive or forward", signals.Name(s))
 		}
 	}
+	if c.MaxRuntime < 0 {
+		return fmt.Errorf("--max-runtime (LIFEBOAT_MAX_RUNTIME) is %s; it must be positive, for example 72h", c.MaxRuntime)
+	}
+	if c.Restart.Max < 0 || c.Restart.Backoff < 0 {
+		return errors.New("--max-restarts (LIFEBOAT_MAX_RESTARTS) and --restart-backoff (LIFEBOAT_RESTART_BACKOFF) must not be negative")
+	}
+	if c.Restart.OnFailure && c.Restart.Max == 0 {
+		return errors.New("--restart on-failure needs --max-restarts (LIFEBOAT_MAX_RESTARTS) of at least 1")
+	}
 	return nil
 }
 
@@ -158,10 +205,14 @@ type loop struct {
 	childStatus unix.WaitStatus
 	noChildren  bool // Wait4 said ECHILD: nothing left to reap
 
-	stopSig    unix.Signal // first stop signal received, 0 if none
-	stopCtx    bool        // the context ended
-	stopAt     time.Time   // when the first stop arrived
+	stopping   bool        // a stop began: signal, context, max runtime or notice
+	stopSig    unix.Signal // the stop signal received, 0 if the stop had another cause
+	stopReason string      // why, for the termination log ("SIGTERM", "max runtime 72h0m0s", ...)
+	stopAt     time.Time   // when the stop began
+	graceEnd   time.Time   // when the grace budget ends
 	flushErr   error       // what AfterExit returned
+	restarts   int         // restarts done
+	env        []string    // the trainer's environment
 	cancelExit context.CancelFunc
 	ints       int // SIGINTs received
 	deadline   *time.Timer
@@ -193,22 +244,38 @@ func Run(ctx context.Context, cfg Config) error {
 	if env == nil {
 		env = os.Environ()
 	}
-	pid, err := spawn(cfg.Argv, env)
-	if err != nil {
-		l := &loop{cfg: cfg}
+	l := &loop{cfg: cfg, env: env}
+	if err := l.start(); err != nil {
 		l.writeTerminationLog(err.Error())
 		return err
 	}
-	cfg.Log.Info("supervisor.started", "pid", pid, "argv0", cfg.Argv[0], "pid1", os.Getpid() == 1,
-		"grace", cfg.Grace.String())
-	l := &loop{cfg: cfg, target: signals.Target{Pid: pid, ChildOnly: cfg.ChildOnly}}
 	return l.run(ctx, sigs)
+}
+
+// start spawns the trainer and resets the per-trainer state.
+func (l *loop) start() error {
+	pid, err := spawn(l.cfg.Argv, l.env)
+	if err != nil {
+		return err
+	}
+	l.target = signals.Target{Pid: pid, ChildOnly: l.cfg.ChildOnly}
+	l.childDone, l.childStatus, l.noChildren, l.treeSignal = false, 0, false, false
+	l.cfg.Log.Info("supervisor.started", "pid", pid, "argv0", l.cfg.Argv[0], "pid1", os.Getpid() == 1,
+		"grace", l.cfg.Grace.String(), "restarts", l.restarts)
+	return nil
 }
 
 func (l *loop) run(ctx context.Context, sigs <-chan os.Signal) error {
 	tick := time.NewTicker(reapInterval)
 	defer tick.Stop()
 	done := ctx.Done()
+	var maxRuntimeC <-chan time.Time
+	if l.cfg.MaxRuntime > 0 {
+		t := time.NewTimer(l.cfg.MaxRuntime)
+		defer t.Stop()
+		maxRuntimeC = t.C
+	}
+	notices := l.cfg.Notices
 	var killWaitC <-chan time.Time
 	for {
 		var deadlineC <-chan time.Time
@@ -223,12 +290,25 @@ func (l *loop) run(ctx context.Context, sigs <-chan os.Signal) error {
 		case <-tick.C:
 		case <-done:
 			done = nil
-			l.stopCtx = true
 			l.cfg.Log.Info("supervisor.context_done", "action", "stopping the trainer")
-			if !l.childDone {
-				signals.Deliver(l.target, l.cfg.Rewrite, l.cfg.Kill, l.cfg.StopSignals[0], l.cfg.Log)
+			l.stopWith(l.cfg.StopSignals[0], true, "lifeboat was asked to stop", time.Time{})
+		case <-maxRuntimeC:
+			maxRuntimeC = nil
+			reason := fmt.Sprintf("max runtime %s reached", l.cfg.MaxRuntime)
+			l.cfg.Log.Warn("supervisor.max_runtime", "max_runtime", l.cfg.MaxRuntime.String(), "action", "stopping as on preemption")
+			l.stopWith(l.cfg.StopSignals[0], true, reason, time.Time{})
+		case n, ok := <-notices:
+			if !ok {
+				notices = nil
+				continue
 			}
-			l.startStop(l.cfg.StopSignals[0])
+			end := time.Time{}
+			if !n.Deadline.IsZero() {
+				end = n.Deadline.Add(-ExitMargin)
+			}
+			l.cfg.Log.Warn("supervisor.preemption_notice", "source", n.Source, "deadline", n.Deadline.Format(time.RFC3339),
+				"detail", n.Detail, "signal", signals.Name(l.cfg.NoticeSignal))
+			l.stopWith(l.cfg.NoticeSignal, false, n.Source+" preemption notice", end)
 		case <-deadlineC:
 			l.deadline = nil
 			l.cfg.Log.Warn("supervisor.grace_expired", "grace", l.cfg.Grace.String(), "action", "SIGKILL everything left")
@@ -245,10 +325,106 @@ func (l *loop) run(ctx context.Context, sigs <-chan os.Signal) error {
 			l.signalLeftovers()
 		}
 		if l.childDone && l.noChildren {
+			if l.shouldRestart() {
+				if l.restart(sigs) {
+					killWaitC = nil
+					continue
+				}
+			}
 			l.afterExit(sigs)
 			return l.finish()
 		}
 	}
+}
+
+// stopWith begins a stop that no signal caused (context, max runtime,
+// notice): it delivers sig to the trainer (through the rewrite rules when
+// rewrite is set) and starts the grace budget, ending at end when that is
+// set and earlier than the usual end.
+func (l *loop) stopWith(sig unix.Signal, rewrite bool, reason string, end time.Time) {
+	if !l.childDone {
+		rw := l.cfg.Rewrite
+		if !rewrite {
+			rw = nil
+		}
+		signals.Deliver(l.target, rw, l.cfg.Kill, sig, l.cfg.Log)
+	}
+	l.startStop(0, reason, end)
+}
+
+// shouldRestart reports whether the trainer that just ended (with its
+// tree) is to be started again.
+func (l *loop) shouldRestart() bool {
+	p := l.cfg.Restart
+	return p.OnFailure && !l.stopping && l.restarts < p.Max && StatusCode(l.childStatus) != 0
+}
+
+// restart waits the backoff (still answering signals: a stop signal during
+// it cancels the restart), runs BeforeRestart and starts the trainer again.
+// It reports whether a new trainer runs.
+func (l *loop) restart(sigs <-chan os.Signal) bool {
+	backoff := l.cfg.Restart.Backoff
+	for i := 0; i < l.restarts && backoff < 5*time.Minute; i++ {
+		backoff *= 2
+	}
+	backoff = min(backoff, 5*time.Minute)
+	l.cfg.Log.Warn("supervisor.restart", "status", describeStatus(l.childStatus), "attempt", l.restarts+1,
+		"max", l.cfg.Restart.Max, "backoff", backoff.String())
+	wait := time.NewTimer(backoff)
+	defer wait.Stop()
+	for waiting := true; waiting; {
+		select {
+		case s := <-sigs:
+			if sig, ok := s.(unix.Signal); ok {
+				l.signal(sig)
+			}
+			if l.stopping {
+				l.cfg.Log.Info("supervisor.restart_cancelled", "reason", l.stopReason)
+				return false
+			}
+		case <-wait.C:
+			waiting = false
+		}
+		l.reap()
+	}
+	env := l.env
+	if l.cfg.BeforeRestart != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.AfterExitTimeout)
+		extra, err := l.cfg.BeforeRestart(ctx, l.restarts+1)
+		cancel()
+		if err != nil {
+			l.cfg.Log.Error("supervisor.restart_failed", "err", err, "effect", "not restarting")
+			return false
+		}
+		env = MergeEnv(env, extra)
+	}
+	l.restarts++
+	prev := l.env
+	l.env = env
+	if err := l.start(); err != nil {
+		l.cfg.Log.Error("supervisor.restart_failed", "err", err)
+		l.env = prev
+		return false
+	}
+	return true
+}
+
+// MergeEnv returns base with the variables in extra set, replacing earlier
+// values (getenv in the child sees only the first of duplicates).
+func MergeEnv(base, extra []string) []string {
+	set := map[string]bool{}
+	for _, kv := range extra {
+		k, _, _ := strings.Cut(kv, "=")
+		set[k] = true
+	}
+	out := make([]string, 0, len(base)+len(extra))
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if !set[k] {
+			out = append(out, kv)
+		}
+	}
+	return append(out, extra...)
 }
 
 // afterExit runs cfg.AfterExit under its deadline while still answering
@@ -257,11 +433,11 @@ func (l *loop) afterExit(sigs <-chan os.Signal) {
 	if l.cfg.AfterExit == nil {
 		return
 	}
-	stopped := l.stopSig != 0 || l.stopCtx
+	stopped := l.stopping
 	var ctx context.Context
 	var cancel context.CancelFunc
 	if stopped {
-		ctx, cancel = context.WithDeadline(context.Background(), l.stopAt.Add(l.cfg.Grace-ExitMargin))
+		ctx, cancel = context.WithDeadline(context.Background(), l.graceEnd.Add(-ExitMargin))
 	} else {
 		ctx, cancel = context.WithTimeout(context.Background(), l.cfg.AfterExitTimeout)
 	}
@@ -317,7 +493,7 @@ func (l *loop) signal(sig unix.Signal) {
 		signals.Deliver(l.target, l.cfg.Rewrite, l.cfg.Kill, sig, l.cfg.Log)
 	}
 	if isStop {
-		l.startStop(sig)
+		l.startStop(sig, "SIG"+signals.Name(sig), time.Time{})
 	}
 	if sig == unix.SIGINT && l.ints >= 2 {
 		// A second INT means "stop now", as when Ctrl-C is pressed twice.
@@ -331,33 +507,51 @@ func (l *loop) signal(sig unix.Signal) {
 	}
 }
 
-// startStop records the first stop and starts the grace deadline; later
-// stop signals do not move it.
-func (l *loop) startStop(sig unix.Signal) {
-	if l.stopSig != 0 {
-		return
+// startStop records the first stop and starts the grace budget: the
+// trainer's tree is SIGKILLed at its end less the final upload's reserve.
+// Later stops do not move the end, unless they bring it forward (a
+// preemption notice with an earlier deadline). sig is the signal received,
+// 0 when the stop had another cause; end, when set, is the budget's end.
+func (l *loop) startStop(sig unix.Signal, reason string, end time.Time) {
+	now := l.cfg.Clock()
+	if end.IsZero() || end.After(now.Add(l.cfg.Grace)) {
+		end = now.Add(l.cfg.Grace)
 	}
-	l.stopSig = sig
-	l.stopAt = l.cfg.Clock()
-	budget := l.cfg.Grace
+	if l.stopping {
+		if !end.Before(l.graceEnd) {
+			return
+		}
+		l.cfg.Log.Warn("supervisor.deadline_moved", "reason", reason, "deadline", end.Format(time.RFC3339Nano))
+	} else {
+		l.stopping, l.stopSig, l.stopReason, l.stopAt = true, sig, reason, now
+	}
+	l.graceEnd = end
+	grace := end.Sub(now)
+	budget := grace
 	var reserve time.Duration
 	why := "no final upload"
 	if l.cfg.Reserve != nil {
 		reserve, why = l.cfg.Reserve()
-		reserve = min(max(reserve, 0), l.cfg.Grace/2)
+		reserve = min(max(reserve, 0), grace/2)
 		budget -= reserve
 	}
 	switch {
 	case l.childDone: // leftovers are already being waited for under their own deadline
 		l.armDeadline()
 	case l.killedAt.IsZero():
+		if l.deadline != nil {
+			l.deadline.Stop()
+		}
 		l.deadline = time.NewTimer(budget)
 	}
-	l.cfg.Log.Info("supervisor.stopping", "signal", signals.Name(sig),
-		"delivered", signals.Name(l.cfg.Rewrite.Apply(sig)),
-		"budget", fmt.Sprintf("grace %s = trainer %s + final upload reserve %s (%s)", l.cfg.Grace, budget, reserve, why),
-		"kill_at", l.stopAt.Add(budget).Format(time.RFC3339Nano),
-		"deadline", l.stopAt.Add(l.cfg.Grace).Format(time.RFC3339Nano))
+	delivered := "none"
+	if sig != 0 {
+		delivered = signals.Name(l.cfg.Rewrite.Apply(sig))
+	}
+	l.cfg.Log.Info("supervisor.stopping", "reason", reason, "signal", signals.Name(sig), "delivered", delivered,
+		"budget", fmt.Sprintf("grace %s = trainer %s + final upload reserve %s (%s)", grace.Round(time.Millisecond), budget.Round(time.Millisecond), reserve.Round(time.Millisecond), why),
+		"kill_at", now.Add(budget).Format(time.RFC3339Nano),
+		"deadline", end.Format(time.RFC3339Nano))
 }
 
 // armDeadline starts the grace timer for leftovers when no stop started one.
@@ -461,7 +655,7 @@ func (l *loop) killTree() {
 
 // finish turns the outcome into Run's result and writes the termination log.
 func (l *loop) finish() error {
-	preempted := l.stopSig != 0 || l.stopCtx
+	preempted := l.stopping
 	code := exitCode(l.childStatus, preempted, l.cfg.PreemptExitCode)
 	if !l.childDone {
 		code = CodeInternal
@@ -476,12 +670,15 @@ func (l *loop) finish() error {
 	case preempted && l.stopSig != 0:
 		msg = fmt.Sprintf("lifeboat: stopped by SIG%s; %s", signals.Name(l.stopSig), describeStatus(l.childStatus))
 	case preempted:
-		msg = fmt.Sprintf("lifeboat: stopped; %s", describeStatus(l.childStatus))
+		msg = fmt.Sprintf("lifeboat: stopped: %s; %s", l.stopReason, describeStatus(l.childStatus))
 	default:
 		msg = fmt.Sprintf("lifeboat: %s", describeStatus(l.childStatus))
 	}
 	if !l.killedAt.IsZero() {
 		msg += "; processes still running at the grace deadline were killed"
+	}
+	if l.restarts > 0 {
+		msg += fmt.Sprintf("; after %d restarts", l.restarts)
 	}
 	if l.flushErr != nil {
 		msg += "; the last checkpoint could not be uploaded: " + l.flushErr.Error()

@@ -254,3 +254,37 @@ func TestImports(t *testing.T) {
 		}
 	}
 }
+
+// TestNoticePullsInDeadline: a preemption notice sends the notice signal
+// and moves the end of the grace budget to the notice's deadline: a
+// trainer that ignores it is killed then, long before the 1h grace.
+func TestNoticePullsInDeadline(t *testing.T) {
+	notices := make(chan Notice, 1)
+	rec := &sendRecorder{}
+	ready := filepath.Join(t.TempDir(), "ready")
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(context.Background(), Config{
+			Argv:    []string{"sh", "-c", `trap '' TERM USR1; touch "$0"; while :; do sleep 0.05; done`, ready},
+			Signals: make(chan os.Signal), Kill: rec.kill, Grace: time.Hour,
+			Notices: notices, NoticeSignal: unix.SIGUSR1,
+		})
+	}()
+	for {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	notices <- Notice{Source: "aws", Deadline: time.Now().Add(1500 * time.Millisecond)}
+	err := <-done
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Code != 137 || !ee.Preempted {
+		t.Fatalf("Run = %v, want 137 (killed at the notice's deadline), preempted", err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.sent) == 0 || rec.sent[0] != "USR1" {
+		t.Errorf("sent %v, want USR1 first", rec.sent)
+	}
+}

@@ -381,3 +381,30 @@ func waitFor(t *testing.T, p *lb, cond func() bool) {
 	}
 	t.Fatalf("condition never held; stderr:\n%s", p.stderr.String())
 }
+
+// TestRestartResumesFromCheckpoint: a trainer that crashes after saving is
+// restarted in place, from the checkpoint it completed before the crash.
+func TestRestartResumesFromCheckpoint(t *testing.T) {
+	root := t.TempDir()
+	url := "file://" + filepath.Join(root, "store")
+	tr := startTrainer(t, []string{"TRAINER_CRASH_AFTER=2"}, "run", "--store", url, "--dir", filepath.Join(root, "pod"),
+		"--settle", "1h", "--scan-interval", "50ms", "--restart", "on-failure", "--max-restarts", "2", "--restart-backoff", "10ms",
+		"--", "python3", "-u", "testdata/trainer.py", "dirs")
+	var crashed int64 = -1
+	for crashed < 0 {
+		if e := tr.next(t); e.Event == "crashed" {
+			crashed = e.Step
+		}
+	}
+	e := tr.next(t)
+	if e.Event != "resumed" || !e.Verified || e.Step != crashed {
+		t.Fatalf("after the crash: %+v; want resumed and verified at step %d (saved just before it)", e, crashed)
+	}
+	tr.signal(syscall.SIGTERM)
+	if code := tr.wait(); code != 143 {
+		t.Errorf("exit %d, want 143", code)
+	}
+	if !strings.Contains(tr.stderr.String(), `"msg":"supervisor.restart"`) {
+		t.Errorf("no restart event in the log")
+	}
+}

@@ -116,10 +116,31 @@ func commonDir(m *checkpoint.Manifest) string {
 // pipeline is the checkpoint machinery of one lifeboat: the store, what was
 // restored, and the agent that uploads.
 type pipeline struct {
-	store  storage.Store
-	agent  *agent.Agent
-	resume *resume
-	env    []string // for the trainer
+	store   storage.Store
+	agent   *agent.Agent
+	resume  *resume
+	env     []string // for the trainer
+	dir     string
+	ranks   rankOptions
+	workers int
+	log     *slog.Logger
+}
+
+// beforeRestart runs between a trainer crash and its restart: it commits
+// the newest checkpoint the trainer completed, then restores the newest
+// committed one, and returns the new LIFEBOAT_RESUME_* variables.
+func (p *pipeline) beforeRestart(ctx context.Context, attempt int) ([]string, error) {
+	if err := p.agent.Sync(ctx); err != nil {
+		p.log.Warn("resume.sync_failed", "err", err, "effect", "restarting from the newest committed checkpoint")
+	}
+	r, m, err := restoreLatest(ctx, p.store, p.dir, p.ranks, p.workers, p.log)
+	if err != nil {
+		return nil, err
+	}
+	if m != nil {
+		p.agent.Restored(m)
+	}
+	return r.env(), nil
 }
 
 // newPipeline opens the store, restores (unless told not to) and builds the
@@ -146,7 +167,7 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	if err != nil {
 		return nil, err
 	}
-	p := &pipeline{store: s}
+	p := &pipeline{store: s, dir: dir, ranks: ro, workers: co.workers, log: log}
 	var restored *checkpoint.Manifest
 	if co.restore == "auto" {
 		p.resume, restored, err = restoreLatest(ctx, s, dir, ro, co.workers, log)
@@ -179,22 +200,4 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	p.env = append(p.resume.env(), "LIFEBOAT_DIR="+dir, "LIFEBOAT_MARKER="+co.marker,
 		"LIFEBOAT_RANK="+strconv.Itoa(ro.rank), "LIFEBOAT_WORLD_SIZE="+strconv.Itoa(ro.worldSize))
 	return p, nil
-}
-
-// mergeEnv returns base with the variables in extra set, replacing earlier
-// values (getenv in the child sees only the first of duplicates).
-func mergeEnv(base, extra []string) []string {
-	set := map[string]bool{}
-	for _, kv := range extra {
-		k, _, _ := strings.Cut(kv, "=")
-		set[k] = true
-	}
-	out := make([]string, 0, len(base)+len(extra))
-	for _, kv := range base {
-		k, _, _ := strings.Cut(kv, "=")
-		if !set[k] {
-			out = append(out, kv)
-		}
-	}
-	return append(out, extra...)
 }

@@ -26,6 +26,11 @@ type runOptions struct {
 	logFormat       string
 	argv            []string
 
+	maxRuntime     time.Duration
+	restart        string
+	maxRestarts    int
+	restartBackoff time.Duration
+
 	store      storeOptions
 	checkpoint checkpointOptions
 	ranks      rankOptions
@@ -45,6 +50,10 @@ func newRunFlags(o *runOptions, w io.Writer) (*flag.FlagSet, *runOptions) {
 		"file that gets one line saying why lifeboat stopped (the default is written only if it exists)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "auto", "auto (JSON unless stderr is a terminal), json or text")
+	fs.DurationVar(&o.maxRuntime, "max-runtime", 0, "stop the trainer as on preemption after this long, e.g. 72h (0: no limit)")
+	fs.StringVar(&o.restart, "restart", "never", "never, or on-failure: restart a crashed trainer in place from the newest committed checkpoint")
+	fs.IntVar(&o.maxRestarts, "max-restarts", 3, "restarts allowed with --restart on-failure")
+	fs.DurationVar(&o.restartBackoff, "restart-backoff", 10*time.Second, "wait before the first restart; doubled for each next one (max 5m)")
 	o.store.register(fs)
 	o.checkpoint.register(fs)
 	o.ranks.register(fs)
@@ -77,6 +86,14 @@ func (o *runOptions) config() (supervisor.Config, error) {
 			return cfg, fmt.Errorf("--preempt-exit-code (LIFEBOAT_PREEMPT_EXIT_CODE) is %q; use a number 0..255 or \"child\"", o.preemptExitCode)
 		}
 		cfg.PreemptExitCode = n
+	}
+	cfg.MaxRuntime = o.maxRuntime
+	switch o.restart {
+	case "never":
+	case "on-failure":
+		cfg.Restart = supervisor.RestartPolicy{OnFailure: true, Max: o.maxRestarts, Backoff: o.restartBackoff}
+	default:
+		return cfg, fmt.Errorf("--restart (LIFEBOAT_RESTART) is %q; use never or on-failure", o.restart)
 	}
 	cfg.TerminationLog = o.terminationLog
 	cfg.TerminationLogCreate = o.terminationLog != "/dev/termination-log"
@@ -144,8 +161,9 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline) error {
 	if p == nil {
 		return supervisor.Run(ctx, cfg)
 	}
-	cfg.Env = mergeEnv(os.Environ(), p.env)
+	cfg.Env = supervisor.MergeEnv(os.Environ(), p.env)
 	cfg.Reserve = p.agent.Reserve
+	cfg.BeforeRestart = p.beforeRestart
 	cfg.AfterExit = func(ctx context.Context, stopped bool) error { return p.agent.Flush(ctx) }
 	agentCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -580,3 +580,64 @@ func tail(s string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestMaxRuntime: at --max-runtime the trainer is stopped as on preemption
+// and lifeboat exits with the preemption code, saying why.
+func TestMaxRuntime(t *testing.T) {
+	dir := t.TempDir()
+	out, tlog := filepath.Join(dir, "rec"), filepath.Join(dir, "tlog")
+	p := start(t, "plain", "run", "--max-runtime", "1s", "--termination-log", tlog, "--", childBin, "record", out, "TERM")
+	if code := p.wait(); code != 143 {
+		t.Errorf("exit %d, want 143", code)
+	}
+	if got := strings.Join(waitLines(t, out, 1), " "); got != "TERM" {
+		t.Errorf("child received %q, want TERM", got)
+	}
+	if b, _ := os.ReadFile(tlog); !strings.Contains(string(b), "max runtime 1s reached") {
+		t.Errorf("termination log %q does not name the max runtime", b)
+	}
+}
+
+// TestRestartOnFailure: a crashing trainer is restarted up to
+// --max-restarts times; one that lifeboat stopped is not.
+func TestRestartOnFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		max      string
+		failures int // runs that exit 3 before one exits 0
+		wantCode int
+		wantRuns int
+	}{
+		{"recovers", "3", 2, 0, 3},
+		{"gives up", "1", 5, 3, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			count := filepath.Join(t.TempDir(), "runs")
+			script := fmt.Sprintf(`n=$(cat %s 2>/dev/null || echo 0); echo $((n+1)) > %s; [ "$n" -ge %d ] || exit 3`, count, count, tc.failures)
+			p := start(t, "plain", "run", "--restart", "on-failure", "--max-restarts", tc.max, "--restart-backoff", "10ms", "--", "sh", "-c", script)
+			if code := p.wait(); code != tc.wantCode {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tc.wantCode, tail(p.stderr.String()))
+			}
+			b, _ := os.ReadFile(count)
+			if strings.TrimSpace(string(b)) != strconv.Itoa(tc.wantRuns) {
+				t.Errorf("the trainer ran %s times, want %d", strings.TrimSpace(string(b)), tc.wantRuns)
+			}
+			if n := strings.Count(p.stderr.String(), `"msg":"supervisor.restart"`); n != tc.wantRuns-1 {
+				t.Errorf("%d restart events, want %d", n, tc.wantRuns-1)
+			}
+		})
+	}
+	t.Run("not after a stop", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "rec")
+		p := start(t, "plain", "run", "--restart", "on-failure", "--restart-backoff", "10ms", "--", "sh", "-c",
+			fmt.Sprintf(`trap 'exit 3' TERM; touch %s.ready; while :; do sleep 0.05; done`, out))
+		waitFile(t, p, out+".ready")
+		p.signal(syscall.SIGTERM)
+		if code := p.wait(); code != 3 {
+			t.Errorf("exit %d, want the trainer's 3 without a restart", code)
+		}
+		if strings.Contains(p.stderr.String(), "supervisor.restart") {
+			t.Errorf("restarted after lifeboat stopped the trainer")
+		}
+	})
+}

@@ -6,6 +6,9 @@ Paddle jobs do, and resumes from what lifeboat restored.
       backup  only on SIGTERM, in place: $LIFEBOAT_DIR/backup/latest.pdparams
       marker  $LIFEBOAT_DIR/ckpt/ rewritten, then the marker file with the step
 
+With TRAINER_CRASH_AFTER=N, a trainer that did not resume exits 1 after its
+Nth save, as a crash (NCCL timeout, segfault) would.
+
 Every event is one JSON line on stdout. The "model" is bytes derived from
 the step, so a resumed trainer can check it got exactly what was saved.
 """
@@ -66,6 +69,8 @@ def on_term(signum, frame):
 
 
 signal.signal(signal.SIGTERM, on_term)
+crash_after = int(os.environ.get("TRAINER_CRASH_AFTER", "0"))
+saves = 0
 while True:
     step += 1
     time.sleep(0.01)
@@ -83,3 +88,7 @@ while True:
             f.write(str(step))
         os.rename(m + ".tmp", m)
     emit(event="saved", step=step)
+    saves += 1
+    if crash_after and not resume_dir and saves == crash_after:
+        emit(event="crashed", step=step)
+        os._exit(1)
