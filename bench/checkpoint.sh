@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# checkpoint.sh: lifeboat's checkpoint path next to mc, against one local
+# MinIO server, in one run (issue #7).
+#
+#   bench/checkpoint.sh            # from the repository root, as root
+#
+# Measures, each RUNS times, and prints Markdown tables with medians and
+# ratios (bench/ckptbench has the details):
+#   1. SIGTERM to durable: `lifeboat run --store --dir -- TRAINER`, whose
+#      SIGTERM handler writes a 1 GiB backup/latest.pdparams and exits 0,
+#      until lifeboat exits after the final commit; minus the trainer's
+#      write, against `mc cp` of the same file to the same server;
+#   2. re-upload of an unchanged checkpoint (checkpoint.Uploader on
+#      storage/s3): bytes moved and time against the first upload;
+#   3. verified `lifeboat restore` into an empty directory against `mc cp`
+#      of the same bytes to local disk, page cache dropped before each.
+# Peak RSS is from /usr/bin/time -v. Environment:
+#   RUNS=N          runs of each measurement (default 3)
+#   SIZE=BYTES      checkpoint size (default 1073741824)
+#   BENCH_DIR=DIR   scratch space (default: a new temp dir, removed after)
+#   LIFEBOAT_CACHE  where tool binaries are cached (see scripts/minio.sh)
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-3}
+SIZE=${SIZE:-$((1 << 30))}
+
+# shellcheck disable=SC1091
+. scripts/lib.sh # need_pkgs
+log() { printf 'checkpoint.sh: %s\n' "$*" >&2; }
+[[ -x /usr/bin/time ]] || need_pkgs /usr/bin/time:time
+
+mc=$(scripts/minio.sh install-mc)
+scripts/minio.sh install >/dev/null
+
+work=${BENCH_DIR:-$(mktemp -d)}
+mkdir -p "$work"
+cleanup() {
+	scripts/minio.sh stop "$work/minio" || true
+	[[ -n ${BENCH_DIR:-} ]] || rm -rf "$work"
+}
+trap cleanup EXIT
+
+log "building lifeboat and ckptbench"
+go build -o "$work/lifeboat" ./cmd/lifeboat
+go build -o "$work/ckptbench" ./bench/ckptbench
+
+scripts/minio.sh start "$work/minio"
+# shellcheck disable=SC1091
+. "$work/minio/env"
+EP=$LIFEBOAT_TEST_S3_ENDPOINT
+export AWS_ACCESS_KEY_ID=$LIFEBOAT_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$LIFEBOAT_TEST_S3_SECRET_KEY
+export AWS_ENDPOINT_URL=$EP AWS_REGION=us-east-1
+unset AWS_CA_BUNDLE AWS_SESSION_TOKEN LIFEBOAT_STORE LIFEBOAT_DIR
+export MC_CONFIG_DIR=$work/mc MC_HOST_ckpt="http://$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY@${EP#http://}"
+
+log "machine: $(nproc) cores, $(uname -r), mc $("$mc" --version 2>/dev/null | head -1)"
+"$work/ckptbench" -lifeboat "$work/lifeboat" -mc "$mc" -mc-alias ckpt -work "$work/runs" \
+	-runs "$RUNS" -size "$SIZE"

@@ -1,0 +1,528 @@
+// Command ckptbench measures lifeboat's checkpoint path against mc on one
+// MinIO server, in one run, and prints Markdown tables with medians and
+// ratios. bench/checkpoint.sh builds the binaries, starts the server and
+// runs it.
+//
+//	ckptbench -lifeboat PATH -mc PATH -work DIR [-runs 3] [-size 1073741824]
+//
+// Measurements, each -runs times (the tables show medians):
+//  1. SIGTERM to durable: `lifeboat run --store s3://... --dir D -- ckptbench
+//     trainer`, whose SIGTERM handler writes a -size checkpoint and exits 0.
+//     From kill(lifeboat, SIGTERM) until lifeboat has exited, which it does
+//     only after the final upload committed (checked with `lifeboat ls
+//     --json`). Minus the trainer's own write time, this is compared with
+//     `mc cp` of the same file to the same server.
+//  2. Re-upload of an unchanged checkpoint, through checkpoint.Uploader on
+//     storage/s3 (what lifeboat runs): the same files as step 1 and step 2;
+//     bytes moved and time of the second against the first.
+//  3. Verified restore (`lifeboat restore`) into an empty directory against
+//     `mc cp` of the same bytes from the server to local disk, with the page
+//     cache dropped before each.
+//
+// Peak RSS comes from /usr/bin/time -v. The server and credentials come from
+// AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; mc finds
+// the server as the alias -mc-alias (MC_HOST_<alias>).
+//
+// `ckptbench trainer ...` is the helper trainer (trainer.go).
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lifeboat-project/lifeboat/checkpoint"
+	"github.com/lifeboat-project/lifeboat/storage/s3"
+)
+
+// ckptFile is where the trainer saves, relative to --dir: the usual SIGTERM
+// handler's paddle.save(..., "backup/latest.pdparams").
+const ckptFile = "backup/latest.pdparams"
+
+type options struct {
+	lifeboat, mc, alias, work, bucket string
+	runs                              int
+	size                              int64
+}
+
+// round is one run of every measurement. Times are seconds, RSS KiB.
+type round struct {
+	termTotal, trainerWrite, flush float64 // 1: lifeboat
+	termRSS, trainerRSS            int64
+	mcUp                           float64 // 1: mc
+	mcUpRSS                        int64
+	first, second                  float64 // 2
+	secondBytes, total             int64
+	restore                        float64 // 3: lifeboat
+	restoreRSS                     int64
+	mcDown, mcDownSync             float64 // 3: mc, and mc plus an fsync of the file
+	mcDownRSS                      int64
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "trainer" {
+		trainer(os.Args[2:])
+		return
+	}
+	var o options
+	flag.StringVar(&o.lifeboat, "lifeboat", "lifeboat", "path of the lifeboat binary")
+	flag.StringVar(&o.mc, "mc", "mc", "path of the mc binary")
+	flag.StringVar(&o.alias, "mc-alias", "ckpt", "mc alias of the server (MC_HOST_<alias>)")
+	flag.StringVar(&o.work, "work", "", "scratch directory (required)")
+	flag.StringVar(&o.bucket, "bucket", "ckptbench", "bucket to use; created when missing")
+	flag.IntVar(&o.runs, "runs", 3, "runs of each measurement")
+	flag.Int64Var(&o.size, "size", 1<<30, "checkpoint bytes")
+	flag.Parse()
+	if o.work == "" {
+		fmt.Fprintln(os.Stderr, "ckptbench: -work is required")
+		os.Exit(2)
+	}
+	self, err := os.Executable()
+	check(err)
+	ctx := context.Background()
+	// The bucket is created here so that mc finds it too.
+	_, err = openStore(ctx, o.bucket, "")
+	check(err)
+
+	dropped := dropCaches()
+	loadBefore := loadAvg()
+	var rounds []round
+	for i := range o.runs {
+		r, err := runRound(ctx, o, self, i)
+		check(err)
+		rounds = append(rounds, r)
+	}
+	printTables(os.Stdout, o, rounds, dropped)
+	fmt.Printf("Load average (1 min) before / after: %s / %s; other work on the machine shares the cores.\n", loadBefore, loadAvg())
+}
+
+// loadAvg is the 1-minute load average.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Fields(string(b))[0]
+}
+
+func runRound(ctx context.Context, o options, self string, i int) (round, error) {
+	var r round
+	dir := filepath.Join(o.work, fmt.Sprintf("run%d", i))
+	ckpt := filepath.Join(dir, "ckpt")
+	if err := os.MkdirAll(ckpt, 0o755); err != nil {
+		return r, err
+	}
+	defer os.RemoveAll(dir)
+	store := fmt.Sprintf("s3://%s/sigterm-%d", o.bucket, i)
+	mcObj := fmt.Sprintf("%s/%s/mc-%d/latest.pdparams", o.alias, o.bucket, i)
+
+	// 1. SIGTERM to durable, then mc cp of the same file.
+	logf("run %d: lifeboat run, SIGTERM, %d-byte checkpoint", i+1, o.size)
+	if err := sigtermToDurable(o, self, i, dir, ckpt, store, &r); err != nil {
+		return r, err
+	}
+	src := filepath.Join(ckpt, filepath.FromSlash(ckptFile))
+	logf("run %d: mc cp up", i+1)
+	res, err := timed(dir, o.mc, "cp", "--quiet", src, mcObj)
+	if err != nil {
+		return r, err
+	}
+	r.mcUp, r.mcUpRSS = res.secs, res.rssKiB
+
+	// 2. The same files uploaded twice through the Go API.
+	logf("run %d: re-upload of an unchanged checkpoint", i+1)
+	st, err := openStore(ctx, o.bucket, fmt.Sprintf("reupload-%d", i))
+	if err != nil {
+		return r, err
+	}
+	u := &checkpoint.Uploader{Store: st, Producer: "ckptbench"}
+	for step, secs := range []*float64{&r.first, &r.second} {
+		t0 := time.Now()
+		res, err := u.Upload(ctx, ckpt, int64(step+1), 0, 1)
+		if err != nil {
+			return r, err
+		}
+		*secs = time.Since(t0).Seconds()
+		r.secondBytes, r.total = res.UploadedBytes, res.Bytes
+	}
+	if r.total != o.size {
+		return r, fmt.Errorf("re-upload stored %d bytes, want %d", r.total, o.size)
+	}
+
+	// 3. Restore, against mc cp down; the order alternates between runs.
+	restoreDir := filepath.Join(dir, "restore")
+	mcDir := filepath.Join(dir, "mc-down")
+	lb := func() error {
+		dropCaches()
+		logf("run %d: lifeboat restore", i+1)
+		res, err := timed(dir, o.lifeboat, "restore", "--store", store, "--dir", restoreDir, "--log-format", "json")
+		if err != nil {
+			return err
+		}
+		r.restore, r.restoreRSS = res.secs, res.rssKiB
+		return sameFile(src, filepath.Join(restoreDir, filepath.FromSlash(ckptFile)))
+	}
+	mc := func() error {
+		dropCaches()
+		logf("run %d: mc cp down", i+1)
+		dst := filepath.Join(mcDir, "latest.pdparams")
+		res, err := timed(dir, o.mc, "cp", "--quiet", mcObj, dst)
+		if err != nil {
+			return err
+		}
+		r.mcDown, r.mcDownRSS = res.secs, res.rssKiB
+		sync, err := fsyncFile(dst)
+		if err != nil {
+			return err
+		}
+		r.mcDownSync = r.mcDown + sync
+		return sameFile(src, dst)
+	}
+	first, second := lb, mc
+	if i%2 == 1 {
+		first, second = mc, lb
+	}
+	if err := first(); err != nil {
+		return r, err
+	}
+	if err := second(); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// sigtermToDurable runs lifeboat with the helper trainer, sends SIGTERM
+// once the trainer is ready and times lifeboat until it exits.
+func sigtermToDurable(o options, self string, i int, dir, ckpt, store string, r *round) error {
+	ready := filepath.Join(dir, "ready")
+	report := filepath.Join(dir, "trainer.json")
+	timeOut := filepath.Join(dir, "time-run.txt")
+	logPath := filepath.Join(dir, "lifeboat-run.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	cmd := exec.Command("/usr/bin/time", "-v", "-o", timeOut, o.lifeboat, "run",
+		"--store", store, "--dir", ckpt, "--grace", "600s", "--create-bucket", "--log-format", "json", "--",
+		self, "trainer", "-out", ckptFile, "-size", strconv.FormatInt(o.size, 10),
+		"-seed", strconv.Itoa(i+1), "-ready", ready, "-report", report)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Its own group, so that a failure here can kill time and lifeboat.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	pid, err := waitReady(ready, done, time.Minute)
+	if err != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		return fmt.Errorf("%w; lifeboat's log:\n%s", err, tail(logPath))
+	}
+	t0 := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("SIGTERM lifeboat (pid %d): %w", pid, err)
+	}
+	werr := <-done
+	r.termTotal = time.Since(t0).Seconds()
+	var ee *exec.ExitError
+	if !errors.As(werr, &ee) || ee.ExitCode() != 143 {
+		return fmt.Errorf("lifeboat run exited with %v, want 143; its log:\n%s", werr, tail(logPath))
+	}
+	rss, err := peakRSS(timeOut)
+	if err != nil {
+		return err
+	}
+	r.termRSS = rss
+	var tr trainerReport
+	b, err := os.ReadFile(report)
+	if err != nil {
+		return fmt.Errorf("trainer report: %w; lifeboat's log:\n%s", err, tail(logPath))
+	}
+	if err := json.Unmarshal(b, &tr); err != nil {
+		return err
+	}
+	r.trainerWrite, r.trainerRSS = tr.WriteSeconds, tr.MaxRSSKiB
+	r.flush = flushSeconds(logPath)
+	return checkCommitted(o, store)
+}
+
+// waitReady waits for the trainer's ready file and returns the pid in it
+// (lifeboat's). done reports lifeboat exiting first.
+func waitReady(path string, done <-chan error, limit time.Duration) (int, error) {
+	deadline := time.After(limit)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if b, err := os.ReadFile(path); err == nil {
+			return strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		select {
+		case err := <-done:
+			return 0, fmt.Errorf("lifeboat run exited before the trainer was ready: %v", err)
+		case <-deadline:
+			return 0, fmt.Errorf("the trainer did not become ready within %s", limit)
+		case <-tick.C:
+		}
+	}
+}
+
+// checkCommitted fails unless `lifeboat ls --json` shows exactly one
+// complete checkpoint of the expected size.
+func checkCommitted(o options, store string) error {
+	out, err := exec.Command(o.lifeboat, "ls", "--store", store, "--json").Output()
+	if err != nil {
+		return fmt.Errorf("lifeboat ls --store %s: %w", store, err)
+	}
+	var entries []struct {
+		Step     int64 `json:"step"`
+		Bytes    int64 `json:"bytes"`
+		Complete bool  `json:"complete"`
+	}
+	if err := json.Unmarshal(out, &entries); err != nil {
+		return fmt.Errorf("lifeboat ls --json: %w", err)
+	}
+	if len(entries) != 1 || !entries[0].Complete || entries[0].Bytes != o.size {
+		return fmt.Errorf("lifeboat ls --store %s: want one complete checkpoint of %d bytes, got %s", store, o.size, out)
+	}
+	return nil
+}
+
+// flushSeconds reads the final upload's duration from lifeboat's
+// checkpoint.flushed log line; 0 when there is none.
+func flushSeconds(logPath string) float64 {
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return 0
+	}
+	for line := range bytes.Lines(b) {
+		var ev struct {
+			Msg     string  `json:"msg"`
+			Seconds float64 `json:"seconds"`
+		}
+		if json.Unmarshal(line, &ev) == nil && ev.Msg == "checkpoint.flushed" {
+			return ev.Seconds
+		}
+	}
+	return 0
+}
+
+type timing struct {
+	secs   float64
+	rssKiB int64
+}
+
+// timed runs argv under /usr/bin/time -v, timing the wall clock here.
+func timed(dir string, argv ...string) (timing, error) {
+	timeOut := filepath.Join(dir, "time.txt")
+	var out bytes.Buffer
+	cmd := exec.Command("/usr/bin/time", append([]string{"-v", "-o", timeOut}, argv...)...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	t0 := time.Now()
+	err := cmd.Run()
+	secs := time.Since(t0).Seconds()
+	if err != nil {
+		return timing{}, fmt.Errorf("%s: %w\n%s", strings.Join(argv, " "), err, out.String())
+	}
+	rss, err := peakRSS(timeOut)
+	return timing{secs: secs, rssKiB: rss}, err
+}
+
+// peakRSS reads "Maximum resident set size (kbytes)" from time -v output.
+func peakRSS(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "Maximum resident set size (kbytes): "); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no maximum resident set size", path)
+}
+
+// openStore opens bucket/prefix on the server in the environment, creating
+// the bucket when missing.
+func openStore(ctx context.Context, bucket, prefix string) (*s3.Store, error) {
+	cfg := s3.Config{Bucket: bucket, Prefix: prefix, BucketLookup: s3.LookupPath, CreateBucket: true,
+		AccessKey: os.Getenv("AWS_ACCESS_KEY_ID"), SecretKey: os.Getenv("AWS_SECRET_ACCESS_KEY")}
+	cfg.FromEnv(os.Getenv)
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	return s3.New(ctx, cfg)
+}
+
+// dropCaches writes back dirty pages and drops the page cache; it reports
+// whether the kernel let it.
+func dropCaches() bool {
+	syscall.Sync()
+	return os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0o200) == nil
+}
+
+// fsyncFile fsyncs path and returns how long that took.
+func fsyncFile(path string) (float64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	t0 := time.Now()
+	err = f.Sync()
+	return time.Since(t0).Seconds(), err
+}
+
+// sameFile fails unless a and b have the same bytes.
+func sameFile(a, b string) error {
+	fa, err := os.Open(a)
+	if err != nil {
+		return err
+	}
+	defer fa.Close()
+	fb, err := os.Open(b)
+	if err != nil {
+		return err
+	}
+	defer fb.Close()
+	ba, bb := make([]byte, 1<<20), make([]byte, 1<<20)
+	for off := int64(0); ; {
+		na, ea := io.ReadFull(fa, ba)
+		nb, eb := io.ReadFull(fb, bb)
+		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
+			return fmt.Errorf("%s differs from %s near byte %d", b, a, off)
+		}
+		off += int64(na)
+		if ea == io.EOF || ea == io.ErrUnexpectedEOF {
+			return nil
+		}
+		if ea != nil {
+			return ea
+		}
+		if eb != nil {
+			return eb
+		}
+	}
+}
+
+func printTables(w io.Writer, o options, rounds []round, dropped bool) {
+	med := func(f func(round) float64) float64 {
+		v := make([]float64, 0, len(rounds))
+		for _, r := range rounds {
+			v = append(v, f(r))
+		}
+		slices.Sort(v)
+		if n := len(v); n%2 == 0 {
+			return (v[n/2-1] + v[n/2]) / 2
+		}
+		return v[len(v)/2]
+	}
+	maxRSS := func(f func(round) int64) float64 {
+		var m int64
+		for _, r := range rounds {
+			m = max(m, f(r))
+		}
+		return float64(m) / 1024
+	}
+	mbs := func(s float64) float64 { return float64(o.size) / s / 1e6 }
+	yes := func(ok bool) string {
+		if ok {
+			return "yes"
+		}
+		return "**no**"
+	}
+
+	total := med(func(r round) float64 { return r.termTotal })
+	write := med(func(r round) float64 { return r.trainerWrite })
+	upload := med(func(r round) float64 { return r.termTotal - r.trainerWrite })
+	flush := med(func(r round) float64 { return r.flush })
+	mcUp := med(func(r round) float64 { return r.mcUp })
+	first := med(func(r round) float64 { return r.first })
+	second := med(func(r round) float64 { return r.second })
+	moved := med(func(r round) float64 { return float64(r.secondBytes) })
+	restore := med(func(r round) float64 { return r.restore })
+	mcDown := med(func(r round) float64 { return r.mcDown })
+	mcDownSync := med(func(r round) float64 { return r.mcDownSync })
+
+	upRatio := upload / mcUp
+	bytesPct := 100 * moved / float64(o.size)
+	timePct := 100 * second / first
+	downRatio := mcDown / restore
+	fmt.Fprintf(w, "Checkpoint of %d bytes (%.0f MiB), median of %d runs; MB/s is 10^6 bytes per second.\n\n", o.size, float64(o.size)/(1<<20), len(rounds))
+	fmt.Fprintln(w, "| measurement | lifeboat | mc | ratio | aim | met |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---|---|")
+	fmt.Fprintf(w, "| 1. SIGTERM to durable (lifeboat exits after the commit) | %.2f s | | | | |\n", total)
+	fmt.Fprintf(w, "| 1. of which the trainer's own write | %.2f s | | | | |\n", write)
+	fmt.Fprintf(w, "| 1. SIGTERM to durable minus the write, vs `mc cp` up | %.2f s (%.0f MB/s) | %.2f s (%.0f MB/s) | %.2fx the time | <= 1.10x | %s |\n",
+		upload, mbs(upload), mcUp, mbs(mcUp), upRatio, yes(upRatio <= 1.10))
+	fmt.Fprintf(w, "| 1. of which the final flush (lifeboat's `checkpoint.flushed`) | %.2f s (%.0f MB/s) | | | | |\n", flush, mbs(flush))
+	fmt.Fprintf(w, "| 2. first upload (Go API, 4 workers, 8 MiB chunks) | %.2f s (%.0f MB/s) | | | | |\n", first, mbs(first))
+	fmt.Fprintf(w, "| 2. unchanged re-upload: bytes moved | %.0f of %d (%.2f%%) | | | <= 1%% | %s |\n", moved, o.size, bytesPct, yes(bytesPct <= 1))
+	fmt.Fprintf(w, "| 2. unchanged re-upload: time | %.2f s (%.1f%% of the first) | | | <= 10%% | %s |\n", second, timePct, yes(timePct <= 10))
+	fmt.Fprintf(w, "| 3. verified restore vs `mc cp` down | %.2f s (%.0f MB/s) | %.2f s (%.0f MB/s) | %.2fx the speed | >= 1.0x | %s |\n",
+		restore, mbs(restore), mcDown, mbs(mcDown), downRatio, yes(downRatio >= 1.0))
+	fmt.Fprintf(w, "| 3. the same vs `mc cp` down + fsync of the file | %.2f s (%.0f MB/s) | %.2f s (%.0f MB/s) | %.2fx the speed | (fairer: restore fsyncs) | |\n",
+		restore, mbs(restore), mcDownSync, mbs(mcDownSync), mcDownSync/restore)
+	fmt.Fprintf(w, "| peak RSS, 1 (lifeboat run) / 3 (restore), max of runs | %.0f / %.0f MiB | %.0f / %.0f MiB (up / down) | | | |\n",
+		maxRSS(func(r round) int64 { return r.termRSS }), maxRSS(func(r round) int64 { return r.restoreRSS }),
+		maxRSS(func(r round) int64 { return r.mcUpRSS }), maxRSS(func(r round) int64 { return r.mcDownRSS }))
+
+	fmt.Fprintln(w, "\nEach run (seconds):")
+	fmt.Fprintln(w, "\n| run | 1. total | write | total-write | flush | mc up | 2. first | second | moved bytes | 3. restore | mc down | mc down+fsync |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for i, r := range rounds {
+		fmt.Fprintf(w, "| %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %.2f | %.2f | %.2f |\n", i+1,
+			r.termTotal, r.trainerWrite, r.termTotal-r.trainerWrite, r.flush, r.mcUp, r.first, r.second, r.secondBytes,
+			r.restore, r.mcDown, r.mcDownSync)
+	}
+	trainerRSS := maxRSS(func(r round) int64 { return r.trainerRSS })
+	cache := "dropped before each restore and mc download"
+	if !dropped {
+		cache = "NOT dropped (no permission to write /proc/sys/vm/drop_caches)"
+	}
+	fmt.Fprintf(w, "\n%d cores (%s), MinIO on 127.0.0.1 on the same machine; page cache %s; the helper trainer's own peak RSS was %.0f MiB (time -v of lifeboat run reports the largest of lifeboat and its reaped children).\n",
+		runtime.NumCPU(), cpuModel(), cache, trainerRSS)
+}
+
+func cpuModel() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for line := range strings.Lines(string(b)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
+
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "ckptbench: "+format+"\n", args...)
+}
+
+func check(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ckptbench:", err)
+		os.Exit(1)
+	}
+}

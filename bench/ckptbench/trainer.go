@@ -1,0 +1,88 @@
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// trainerReport is what the trainer helper writes after its checkpoint.
+type trainerReport struct {
+	WriteSeconds float64 `json:"write_seconds"`
+	Bytes        int64   `json:"bytes"`
+	MaxRSSKiB    int64   `json:"max_rss_kib"`
+}
+
+// trainer is the helper mode run under `lifeboat run`: it announces its
+// parent's pid (lifeboat's) in -ready, waits for SIGTERM, then writes -size
+// incompressible bytes to -out under $LIFEBOAT_DIR, as a SIGTERM handler
+// calling paddle.save would, reports how long the write took in -report,
+// and exits 0.
+func trainer(args []string) {
+	fs := flag.NewFlagSet("trainer", flag.ExitOnError)
+	out := fs.String("out", "backup/latest.pdparams", "checkpoint file, relative to $LIFEBOAT_DIR")
+	size := fs.Int64("size", 1<<30, "bytes to write")
+	seed := fs.Uint64("seed", 1, "seed of the byte stream")
+	ready := fs.String("ready", "", "file to write lifeboat's pid into once SIGTERM is handled")
+	report := fs.String("report", "", "file to write the trainerReport into")
+	fs.Parse(args)
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM)
+	check(writeAtomic(*ready, []byte(strconv.Itoa(os.Getppid()))))
+	<-sigs
+
+	t0 := time.Now()
+	path := filepath.Join(os.Getenv("LIFEBOAT_DIR"), filepath.FromSlash(*out))
+	check(os.MkdirAll(filepath.Dir(path), 0o755))
+	f, err := os.Create(path)
+	check(err)
+	check(writeRandom(f, *size, *seed))
+	check(f.Close())
+	d := time.Since(t0)
+
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	b, err := json.Marshal(trainerReport{WriteSeconds: d.Seconds(), Bytes: *size, MaxRSSKiB: ru.Maxrss})
+	check(err)
+	check(writeAtomic(*report, b))
+}
+
+// writeRandom writes size bytes of a ChaCha8 stream seeded with seed:
+// incompressible, the same for the same seed, different for another.
+func writeRandom(f *os.File, size int64, seed uint64) error {
+	var key [32]byte
+	binary.LittleEndian.PutUint64(key[:], seed)
+	src := rand.NewChaCha8(key)
+	buf := make([]byte, 4<<20)
+	for size > 0 {
+		b := buf[:min(int64(len(buf)), size)]
+		src.Read(b)
+		if _, err := f.Write(b); err != nil {
+			return err
+		}
+		size -= int64(len(b))
+	}
+	return nil
+}
+
+// writeAtomic writes data to path through a temporary file and a rename, so
+// a poller never reads a half-written file.
+func writeAtomic(path string, data []byte) error {
+	if path == "" {
+		return fmt.Errorf("no file name given")
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
