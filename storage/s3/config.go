@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // BucketLookup says how requests name the bucket.
@@ -74,7 +75,14 @@ type Config struct {
 	// UploadLimit caps the upload rate of the whole store in bytes per
 	// second; 0 means unlimited.
 	UploadLimit int64
+	// StallTimeout fails a transfer whose connection moves no byte in
+	// either direction for this long (a hung server, a dead route), so
+	// that it is retried instead of hanging. 0 means DefaultStallTimeout.
+	StallTimeout time.Duration
 }
+
+// DefaultStallTimeout is Config.StallTimeout's default.
+const DefaultStallTimeout = 60 * time.Second
 
 // FromEnv fills fields still empty from the standard environment variables,
 // read through getenv (os.Getenv in the command layer): AWS_ENDPOINT_URL_S3
@@ -105,6 +113,9 @@ func (c *Config) FromEnv(getenv func(string) string) {
 func (c Config) withDefaults() Config {
 	if c.Endpoint == "" {
 		c.Endpoint = DefaultEndpoint
+	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = DefaultStallTimeout
 	}
 	c.Endpoint = strings.TrimSuffix(c.Endpoint, "/")
 	c.Prefix = strings.Trim(c.Prefix, "/")

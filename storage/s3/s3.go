@@ -95,6 +95,7 @@ func transport(cfg Config, secure bool) (*http.Transport, error) {
 		return nil, fmt.Errorf("s3: transport: %w", err)
 	}
 	tr.MaxIdleConnsPerHost = max(tr.MaxIdleConnsPerHost, 2*cfg.Parallelism)
+	tr.DialContext = stallDialer(tr.DialContext, cfg.StallTimeout)
 	tr.WriteBufferSize = 256 << 10
 	tr.ReadBufferSize = 256 << 10
 	if secure && cfg.CAFile != "" {
