@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lifeboat-project/lifeboat/storage"
 )
 
@@ -207,7 +209,11 @@ func restoreManifest(ctx context.Context, s storage.Store, m *Manifest, dir stri
 				}
 				if _, err := job.file.WriteAt(b, job.offset); err != nil {
 					cancel(err)
+					continue
 				}
+				// Start writing back now, so the fsync before the rename
+				// has little left to do. Advisory: errors are ignored.
+				_ = unix.SyncFileRange(int(job.file.Fd()), job.offset, int64(len(b)), unix.SYNC_FILE_RANGE_WRITE)
 			}
 		})
 	}

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/storage"
@@ -54,6 +55,40 @@ type Uploader struct {
 	Clock        Clock        // default time.Now
 	Producer     string       // recorded in the manifest, default "lifeboat"
 	Log          *slog.Logger // default: discard
+
+	mu    sync.Mutex
+	known map[fileID][]Chunk // files committed by this Uploader, by identity
+}
+
+// knownChunks returns the chunks of f when this Uploader committed f with
+// the same identity before and every chunk is still in the store and young
+// enough to be reused (see docs/FORMAT.md on prune).
+func (u *Uploader) knownChunks(f localFile, index map[string]time.Time, start time.Time, reuseAge time.Duration) ([]Chunk, bool) {
+	u.mu.Lock()
+	cs, ok := u.known[f.id()]
+	u.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	for _, c := range cs {
+		mod, stored := index[c.SHA256]
+		if !stored || start.Sub(mod) > reuseAge {
+			return nil, false
+		}
+	}
+	return cs, true
+}
+
+// remember records the chunks of committed files for later uploads.
+func (u *Uploader) remember(files []localFile, m *Manifest) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.known == nil || len(u.known) > 4*MaxFiles {
+		u.known = make(map[fileID][]Chunk)
+	}
+	for i, f := range files {
+		u.known[f.id()] = m.Files[i].Chunks
+	}
 }
 
 // Validate reports a configuration Upload cannot run with.
@@ -88,6 +123,10 @@ type UploadResult struct {
 	// AlreadyCommitted is true when the same files were already committed
 	// under this step and rank (a retried upload); nothing was overwritten.
 	AlreadyCommitted bool
+	// ReusedFiles counts files this Uploader had committed before, unchanged
+	// since (size, modification and change time, inode), whose chunks were
+	// reused without reading them again.
+	ReusedFiles int
 }
 
 type localFile struct {
@@ -96,6 +135,30 @@ type localFile struct {
 	size    int64
 	mode    fs.FileMode
 	modTime time.Time
+	ino     uint64
+	ctime   int64 // status change time, ns: moves on every write, rename or chmod
+}
+
+// fileID is what the file system says about a file's content: when all of
+// it is unchanged, so are the bytes (the same rule as restic's and rsync's
+// quick check; the change time, which no user call can set back, guards it).
+type fileID struct {
+	abs          string
+	size         int64
+	mtime, ctime int64
+	ino          uint64
+}
+
+func (f localFile) id() fileID {
+	return fileID{abs: f.abs, size: f.size, mtime: f.modTime.UnixNano(), ctime: f.ctime, ino: f.ino}
+}
+
+// fileStat fills the identity fields of f from fi.
+func fileStat(f *localFile, fi fs.FileInfo) {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		f.ino = st.Ino
+		f.ctime = st.Ctim.Nano()
+	}
 }
 
 type uploadJob struct {
@@ -188,9 +251,23 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, step 
 	jobs := make(chan uploadJob)
 	var wg sync.WaitGroup
 
+	reused := make([]bool, len(files))
+	for i, f := range files {
+		if cs, ok := u.knownChunks(f, index, start, reuseAge); ok {
+			chunks[i], reused[i] = cs, true
+			res.ReusedFiles++
+			for _, c := range cs {
+				dupBytes.Add(c.Size)
+				dupN.Add(1)
+			}
+		}
+	}
 	wg.Go(func() {
 		defer close(jobs)
 		for i, f := range files {
+			if reused[i] {
+				continue
+			}
 			if err := readChunks(ctx, f, chunkSize, pool, func(buf []byte) {
 				mu.Lock()
 				chunks[i] = append(chunks[i], Chunk{Size: int64(len(buf))})
@@ -274,6 +351,7 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, step 
 		old, gerr := readManifest(ctx, u.Store, key, backoff)
 		if gerr == nil && slices.EqualFunc(old.Files, m.Files, equalFile) {
 			res.Manifest, res.AlreadyCommitted = old, true
+			u.remember(files, m)
 			return res, nil
 		}
 		return nil, fmt.Errorf("checkpoint: commit %s: a different snapshot of step %d rank %d is already committed; steps are immutable: %w", key, step, rank, err)
@@ -281,8 +359,9 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, step 
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: commit %s: %w", key, err)
 	}
+	u.remember(files, m)
 	log.Info("checkpoint: committed", "key", key, "files", res.Files, "bytes", res.Bytes,
-		"uploaded", res.UploadedBytes, "deduped", res.DedupedBytes)
+		"uploaded", res.UploadedBytes, "deduped", res.DedupedBytes, "reused_files", res.ReusedFiles)
 	return res, nil
 }
 
@@ -376,7 +455,9 @@ func statFiles(dir string, paths []string) (files []localFile, skipped []string,
 			skipped = append(skipped, rel)
 			continue
 		}
-		files = append(files, localFile{rel: rel, abs: abs, size: fi.Size(), mode: fi.Mode(), modTime: fi.ModTime()})
+		lf := localFile{rel: rel, abs: abs, size: fi.Size(), mode: fi.Mode(), modTime: fi.ModTime()}
+		fileStat(&lf, fi)
+		files = append(files, lf)
 	}
 	slices.SortFunc(files, func(a, b localFile) int { return strings.Compare(a.rel, b.rel) })
 	return files, skipped, nil
@@ -418,7 +499,9 @@ func scanDir(dir string) (files []localFile, skipped []string, err error) {
 		if err != nil {
 			return err
 		}
-		files = append(files, localFile{rel: rel, abs: p, size: fi.Size(), mode: fi.Mode(), modTime: fi.ModTime()})
+		lf := localFile{rel: rel, abs: p, size: fi.Size(), mode: fi.Mode(), modTime: fi.ModTime()}
+		fileStat(&lf, fi)
+		files = append(files, lf)
 		return nil
 	})
 	if err != nil {

@@ -140,15 +140,15 @@ func TestUploadInvalidArguments(t *testing.T) {
 	s := mem.New()
 	tests := []struct {
 		name    string
-		u       Uploader
+		u       *Uploader
 		step    int64
 		rank, n int
 	}{
-		{"no store", Uploader{}, 1, 0, 1},
-		{"negative step", Uploader{Store: s}, -1, 0, 1},
-		{"rank out of range", Uploader{Store: s}, 1, 1, 1},
-		{"zero world", Uploader{Store: s}, 1, 0, 0},
-		{"huge chunks", Uploader{Store: s, ChunkSize: MaxChunkSize + 1}, 1, 0, 1},
+		{"no store", &Uploader{}, 1, 0, 1},
+		{"negative step", &Uploader{Store: s}, -1, 0, 1},
+		{"rank out of range", &Uploader{Store: s}, 1, 1, 1},
+		{"zero world", &Uploader{Store: s}, 1, 0, 0},
+		{"huge chunks", &Uploader{Store: s, ChunkSize: MaxChunkSize + 1}, 1, 0, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -243,4 +243,67 @@ func TestUploadFiles(t *testing.T) {
 			t.Errorf("a rejected upload committed step %d", step)
 		}
 	})
+}
+
+// TestUnchangedFilesAreNotReadAgain: a second upload of unchanged files by
+// the same Uploader reuses their chunks without reading them; a file
+// rewritten with the same size and its old modification time is read
+// again (its change time moved), and its new bytes are what is stored.
+func TestUnchangedFilesAreNotReadAgain(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx := context.Background()
+	s := mem.New()
+	dir := t.TempDir()
+	tr := sampleTree(7)
+	writeTree(t, dir, tr)
+	u := newUploader(s, nil)
+	first, err := u.Upload(ctx, dir, 1, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.ReusedFiles != 0 {
+		t.Errorf("first upload reused %d files", first.ReusedFiles)
+	}
+	second, err := u.Upload(ctx, dir, 2, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.ReusedFiles != len(tr) || second.UploadedBytes != 0 || second.DedupedBytes != second.Bytes {
+		t.Errorf("unchanged re-upload: reused %d of %d files, uploaded %d, deduped %d of %d bytes",
+			second.ReusedFiles, len(tr), second.UploadedBytes, second.DedupedBytes, second.Bytes)
+	}
+
+	// Same size, same mtime, new bytes.
+	p := filepath.Join(dir, "model.pdparams")
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := bytes.Clone(tr["model.pdparams"])
+	changed[len(changed)/2] ^= 0xff
+	if err := os.WriteFile(p, changed, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	third, err := u.Upload(ctx, dir, 3, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if third.ReusedFiles != len(tr)-1 || third.UploadedBytes == 0 {
+		t.Errorf("after a same-size rewrite: reused %d files (want %d), uploaded %d bytes", third.ReusedFiles, len(tr)-1, third.UploadedBytes)
+	}
+	out := t.TempDir()
+	if _, err := Restore(ctx, s, 3, 0, out, RestoreOptions{Backoff: noWait}); err != nil {
+		t.Fatal(err)
+	}
+	tr["model.pdparams"] = changed
+	checkTree(t, out, tr)
+
+	// A fresh Uploader (a new process) reads everything again.
+	fresh, err := newUploader(s, nil).Upload(ctx, dir, 4, 0, 1)
+	if err != nil || fresh.ReusedFiles != 0 || fresh.UploadedBytes != 0 {
+		t.Errorf("fresh uploader: %+v, %v; want every file read and deduped", fresh, err)
+	}
 }
