@@ -1,0 +1,16 @@
+// Package deploy holds no code: its tests check what ships outside the Go
+// binary against the binary and against each other.
+//
+//   - deploy/k8s/*.yaml are decoded strictly into the k8s.io/api types
+//     (unknown fields, wrongly cased keys and unknown kinds fail), and their
+//     cross-references are checked: terminationGracePeriodSeconds against
+//     the grace each lifeboat gets, volumes, Secret keys, PriorityClasses,
+//     the podFailurePolicy that retries preempted pods, native sidecars.
+//   - images/*/Dockerfile and the root Dockerfile are parsed strictly: the
+//     ENTRYPOINT and CMD exec-form JSON arrays, the build ARGs, the
+//     LIFEBOAT_* defaults and the files copied in.
+//
+// Flag and variable names are taken from the lifeboat binary itself (built
+// once per test run), so a manifest that names a flag lifeboat does not have
+// fails here rather than in a cluster.
+package deploy
