@@ -1,0 +1,377 @@
+package metrics
+
+import (
+	"math"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Other is the label value recorded for a notice source, restart reason or
+// resume source outside its fixed set.
+const Other = "other"
+
+// Label values accepted by IncNotice, IncRestart and SetResume; anything
+// else becomes Other.
+var (
+	// NoticeSources are notice.Notice's sources, plus "signal" for a stop
+	// signal that arrived without a cloud notice.
+	NoticeSources = []string{"aws", "gcp", "url", "signal"}
+	// RestartReasons say why a trainer was restarted: it exited with a
+	// non-zero code, was killed by a signal, or by the OOM killer.
+	RestartReasons = []string{"exit_code", "signal", "oom"}
+	// ResumeSources say where a resumed checkpoint came from: restored from
+	// the store by lifeboat, by an init container (lifeboat restore), found
+	// already in the directory, or none (a fresh start).
+	ResumeSources = []string{"store", "init", "local", "none"}
+)
+
+// Clock returns the current time.
+type Clock func() time.Time
+
+// Option configures New.
+type Option func(*Metrics)
+
+// WithClock sets the clock used for the checkpoint age (tests). Default
+// time.Now.
+func WithClock(c Clock) Option { return func(m *Metrics) { m.clock = c } }
+
+// Metrics is lifeboat's metrics in their own registry. It is safe for
+// concurrent use; a nil *Metrics records nothing.
+type Metrics struct {
+	reg   *prometheus.Registry
+	clock Clock
+	start time.Time
+
+	ready atomic.Bool
+
+	mu         sync.Mutex
+	lastCommit time.Time // zero before any
+
+	uploaded, deduped atomic.Int64
+
+	readyGauge     prometheus.Gauge
+	lastStep       prometheus.Gauge
+	lastCommitTS   prometheus.Gauge
+	uploadedBytes  prometheus.Counter
+	dedupedBytes   prometheus.Counter
+	pendingBytes   prometheus.Gauge
+	throughput     prometheus.Gauge
+	retries        prometheus.Counter
+	failures       prometheus.Counter
+	notices        *prometheus.CounterVec
+	restarts       *prometheus.CounterVec
+	oomKills       prometheus.Counter
+	resumeStep     *prometheus.GaugeVec
+	resumeDuration *prometheus.GaugeVec
+	graceLeft      *funcGauge
+}
+
+// New returns Metrics for a lifeboat of the given version, with every
+// series present from the start (counters at 0, labelled ones for each
+// value of their fixed set).
+func New(version string, opts ...Option) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry(), clock: time.Now}
+	for _, o := range opts {
+		o(m)
+	}
+	m.start = m.clock()
+
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lifeboat_build_info",
+		Help: "Always 1; the labels say which lifeboat and Go built it.",
+	}, []string{"version", "goversion"})
+	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
+
+	m.readyGauge = gauge("lifeboat_ready", "1 when lifeboat reports ready on /healthz, else 0.")
+	m.lastStep = gauge("lifeboat_checkpoint_last_step", "Step of the last committed checkpoint; -1 before any.")
+	m.lastStep.Set(-1)
+	m.lastCommitTS = gauge("lifeboat_checkpoint_last_commit_timestamp_seconds", "When the last checkpoint was committed, in seconds since the Unix epoch; 0 before any.")
+	age := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "lifeboat_checkpoint_age_seconds",
+		Help: "Seconds since the last checkpoint was committed (since lifeboat started, before any), at scrape time.",
+	}, m.checkpointAge)
+	m.uploadedBytes = counter("lifeboat_upload_bytes_total", "Checkpoint chunk bytes uploaded to the store.")
+	m.dedupedBytes = counter("lifeboat_upload_deduped_bytes_total", "Checkpoint chunk bytes not uploaded because the store already had them.")
+	ratio := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "lifeboat_upload_dedupe_ratio",
+		Help: "Share of checkpoint bytes the store already had: deduped / (uploaded + deduped); 0 before any.",
+	}, m.dedupeRatio)
+	m.pendingBytes = gauge("lifeboat_upload_pending_bytes", "Size of the checkpoint being uploaded; 0 when none is.")
+	m.throughput = gauge("lifeboat_upload_throughput_bytes_per_second", "Measured upload throughput of new data.")
+	m.retries = counter("lifeboat_upload_retries_total", "Storage operations retried.")
+	m.failures = counter("lifeboat_upload_failures_total", "Checkpoint uploads that failed.")
+	m.notices = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lifeboat_preemption_notices_total",
+		Help: "Preemption notices received, by source (aws, gcp, url, signal, other).",
+	}, []string{"source"})
+	m.restarts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lifeboat_trainer_restarts_total",
+		Help: "Trainer restarts, by reason (exit_code, signal, oom, other).",
+	}, []string{"reason"})
+	m.oomKills = counter("lifeboat_trainer_oom_kills_total", "Trainer processes killed by the kernel's OOM killer.")
+	m.resumeStep = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lifeboat_resume_step",
+		Help: "Step the trainer resumed from (-1 for a fresh start), by where the checkpoint came from (store, init, local, none, other).",
+	}, []string{"source"})
+	m.resumeDuration = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lifeboat_resume_duration_seconds",
+		Help: "How long the resume (restore before the trainer started) took, by where the checkpoint came from.",
+	}, []string{"source"})
+	m.graceLeft = &funcGauge{desc: prometheus.NewDesc("lifeboat_grace_budget_left_seconds",
+		"Seconds left of the grace budget, at scrape time; absent until the budget is known.", nil, nil)}
+
+	for _, s := range append(NoticeSources, Other) {
+		m.notices.WithLabelValues(s)
+	}
+	for _, r := range append(RestartReasons, Other) {
+		m.restarts.WithLabelValues(r)
+	}
+
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildInfo, m.readyGauge, m.lastStep, m.lastCommitTS, age,
+		m.uploadedBytes, m.dedupedBytes, ratio, m.pendingBytes, m.throughput,
+		m.retries, m.failures, m.notices, m.restarts, m.oomKills,
+		m.resumeStep, m.resumeDuration, m.graceLeft,
+	)
+	return m
+}
+
+// Registry returns the registry holding the metrics, for a caller that
+// wants to add its own collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// SetCheckpoint records the last committed checkpoint: its step and when it
+// was committed (a zero at means now).
+func (m *Metrics) SetCheckpoint(step int64, at time.Time) {
+	if m == nil {
+		return
+	}
+	if at.IsZero() {
+		at = m.clock()
+	}
+	m.mu.Lock()
+	m.lastCommit = at
+	m.mu.Unlock()
+	m.lastStep.Set(float64(step))
+	m.lastCommitTS.Set(float64(at.UnixNano()) / 1e9)
+}
+
+// AddUploaded counts chunk bytes uploaded. Negative values are ignored.
+func (m *Metrics) AddUploaded(bytes int64) {
+	if m == nil || bytes <= 0 {
+		return
+	}
+	m.uploaded.Add(bytes)
+	m.uploadedBytes.Add(float64(bytes))
+}
+
+// AddDeduped counts chunk bytes the store already had. Negative values are
+// ignored.
+func (m *Metrics) AddDeduped(bytes int64) {
+	if m == nil || bytes <= 0 {
+		return
+	}
+	m.deduped.Add(bytes)
+	m.dedupedBytes.Add(float64(bytes))
+}
+
+// SetPending records the size of the checkpoint being uploaded (0: none).
+func (m *Metrics) SetPending(bytes int64) {
+	if m == nil {
+		return
+	}
+	m.pendingBytes.Set(float64(max(bytes, 0)))
+}
+
+// SetThroughput records the measured upload throughput.
+func (m *Metrics) SetThroughput(bytesPerSecond float64) {
+	if m == nil || math.IsNaN(bytesPerSecond) || bytesPerSecond < 0 {
+		return
+	}
+	m.throughput.Set(bytesPerSecond)
+}
+
+// IncRetry counts one retried storage operation.
+func (m *Metrics) IncRetry() {
+	if m == nil {
+		return
+	}
+	m.retries.Inc()
+}
+
+// IncUploadFailure counts one failed checkpoint upload.
+func (m *Metrics) IncUploadFailure() {
+	if m == nil {
+		return
+	}
+	m.failures.Inc()
+}
+
+// IncNotice counts one preemption notice from source, one of
+// NoticeSources; any other value is counted as Other.
+func (m *Metrics) IncNotice(source string) {
+	if m == nil {
+		return
+	}
+	m.notices.WithLabelValues(normalize(source, NoticeSources)).Inc()
+}
+
+// SetGraceBudgetLeft makes lifeboat_grace_budget_left_seconds report
+// left() at every scrape (negative values as 0); nil removes it. left must
+// be safe to call from the scraping goroutine; if it panics, the metric is
+// left out of that scrape.
+func (m *Metrics) SetGraceBudgetLeft(left func() time.Duration) {
+	if m == nil {
+		return
+	}
+	if left == nil {
+		m.graceLeft.fn.Store(nil)
+		return
+	}
+	f := func() float64 { return max(left(), 0).Seconds() }
+	m.graceLeft.fn.Store(&f)
+}
+
+// IncRestart counts one trainer restart for reason, one of RestartReasons;
+// any other value is counted as Other.
+func (m *Metrics) IncRestart(reason string) {
+	if m == nil {
+		return
+	}
+	m.restarts.WithLabelValues(normalize(reason, RestartReasons)).Inc()
+}
+
+// SetResume records the resume: where the checkpoint came from (one of
+// ResumeSources, else Other), its step (-1 for none) and how long it took.
+// A later call replaces the earlier one.
+func (m *Metrics) SetResume(source string, step int64, seconds float64) {
+	if m == nil {
+		return
+	}
+	s := normalize(source, ResumeSources)
+	m.resumeStep.Reset()
+	m.resumeDuration.Reset()
+	m.resumeStep.WithLabelValues(s).Set(float64(step))
+	if !math.IsNaN(seconds) && seconds >= 0 {
+		m.resumeDuration.WithLabelValues(s).Set(seconds)
+	}
+}
+
+// IncOOMKill counts one trainer process killed by the OOM killer.
+func (m *Metrics) IncOOMKill() {
+	if m == nil {
+		return
+	}
+	m.oomKills.Inc()
+}
+
+// SetReady sets what /healthz reports: 200 when ready, 503 otherwise.
+func (m *Metrics) SetReady(ready bool) {
+	if m == nil {
+		return
+	}
+	m.ready.Store(ready)
+	if ready {
+		m.readyGauge.Set(1)
+	} else {
+		m.readyGauge.Set(0)
+	}
+}
+
+// Handler serves /metrics (the registry, in any format Prometheus asks
+// for) and /healthz ("ok" with 200 when ready, 503 otherwise).
+func (m *Metrics) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		Registry:            m.reg, // promhttp_metric_handler_errors_total
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 4,
+	}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if !m.ready.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("not ready\n"))
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+func (m *Metrics) checkpointAge() float64 {
+	m.mu.Lock()
+	since := m.lastCommit
+	m.mu.Unlock()
+	if since.IsZero() {
+		since = m.start
+	}
+	return max(m.clock().Sub(since).Seconds(), 0)
+}
+
+func (m *Metrics) dedupeRatio() float64 {
+	u, d := m.uploaded.Load(), m.deduped.Load()
+	if u+d <= 0 {
+		return 0
+	}
+	return float64(d) / float64(u+d)
+}
+
+// normalize returns v when it is in allowed (ignoring case and surrounding
+// space), else Other.
+func normalize(v string, allowed []string) string {
+	v = strings.ToLower(strings.TrimSpace(v))
+	for _, a := range allowed {
+		if v == a {
+			return a
+		}
+	}
+	return Other
+}
+
+// funcGauge is a gauge whose value comes from a function set later; it is
+// absent from a scrape while none is set, and a panicking function only
+// drops it from that scrape.
+type funcGauge struct {
+	desc *prometheus.Desc
+	fn   atomic.Pointer[func() float64]
+}
+
+var _ prometheus.Collector = (*funcGauge)(nil)
+
+func (g *funcGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+func (g *funcGauge) Collect(ch chan<- prometheus.Metric) {
+	f := g.fn.Load()
+	if f == nil {
+		return
+	}
+	v, ok := func() (v float64, ok bool) {
+		defer func() {
+			if recover() != nil {
+				ok = false
+			}
+		}()
+		return (*f)(), true
+	}()
+	if ok {
+		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v)
+	}
+}

@@ -1,0 +1,177 @@
+package notice
+
+import (
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Source names as they appear in Config.Sources and Notice.Source.
+const (
+	SourceAWS = "aws"
+	SourceGCP = "gcp"
+	SourceURL = "url" // Config.Sources holds "url:" followed by the URL
+)
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultAWSEndpoint    = "http://169.254.169.254"
+	DefaultGCPEndpoint    = "http://metadata.google.internal"
+	DefaultInterval       = 5 * time.Second
+	DefaultRequestTimeout = 2 * time.Second
+	DefaultWaitTimeout    = 2 * time.Minute
+)
+
+// GCPNotice is how long a GCP preemptible or spot VM runs after it is told
+// it is preempted (ACPI G2 soft off follows after 30 seconds).
+const GCPNotice = 30 * time.Second
+
+// Config says which sources to watch and how. The zero value of every field
+// but Sources is usable; Validate reports what is wrong.
+type Config struct {
+	// Sources are "aws", "gcp" or "url:http://..." (see the package doc);
+	// ParseSources reads them from the --notices flag value.
+	Sources []string
+	// AWSEndpoint is the EC2 instance metadata service. Default
+	// http://169.254.169.254.
+	AWSEndpoint string
+	// GCPEndpoint is the GCE metadata server. Default
+	// http://metadata.google.internal.
+	GCPEndpoint string
+	// Interval is how often the aws and url sources poll, and how long any
+	// source waits after a failed check. Default 5s.
+	Interval time.Duration
+	// RequestTimeout bounds every request but GCP's long poll. Default 2s.
+	RequestTimeout time.Duration
+	// WaitTimeout is how long GCP's long poll may wait for a change (sent as
+	// timeout_sec; the request itself may take RequestTimeout longer).
+	// Default 2m.
+	WaitTimeout time.Duration
+	// Clock returns the current time (GCP deadlines, token expiry). Default
+	// time.Now.
+	Clock func() time.Time
+	// Log receives errors (the first per source at warn, later ones at
+	// debug) and notices. Default: discard.
+	Log *slog.Logger
+}
+
+// ParseSources splits the comma-separated value of --notices
+// (LIFEBOAT_NOTICES) into sources, dropping blanks; "" gives none. Each
+// source is checked as Validate checks it.
+func ParseSources(s string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if err := checkSource(f); err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// Validate reports the first thing wrong with c, as a sentence naming the
+// flag and its environment variable.
+func (c Config) Validate() error {
+	seen := map[string]bool{}
+	for _, s := range c.Sources {
+		if err := checkSource(s); err != nil {
+			return err
+		}
+		if seen[s] {
+			return fmt.Errorf("notice: --notices (LIFEBOAT_NOTICES) names %q twice; name each source once", redactSource(s))
+		}
+		seen[s] = true
+	}
+	if c.AWSEndpoint != "" {
+		if err := checkURL(c.AWSEndpoint); err != nil {
+			return fmt.Errorf("notice: the AWS metadata endpoint %q is not usable: %v; use an http:// URL such as %s", c.AWSEndpoint, err, DefaultAWSEndpoint)
+		}
+	}
+	if c.GCPEndpoint != "" {
+		if err := checkURL(c.GCPEndpoint); err != nil {
+			return fmt.Errorf("notice: the GCP metadata endpoint %q is not usable: %v; use an http:// URL such as %s", c.GCPEndpoint, err, DefaultGCPEndpoint)
+		}
+	}
+	if c.Interval < 0 || c.RequestTimeout < 0 || c.WaitTimeout < 0 {
+		return fmt.Errorf("notice: poll interval %s, request timeout %s and wait timeout %s must not be negative (0 means the default)", c.Interval, c.RequestTimeout, c.WaitTimeout)
+	}
+	return nil
+}
+
+func (c *Config) setDefaults() {
+	if c.AWSEndpoint == "" {
+		c.AWSEndpoint = DefaultAWSEndpoint
+	}
+	if c.GCPEndpoint == "" {
+		c.GCPEndpoint = DefaultGCPEndpoint
+	}
+	c.AWSEndpoint = strings.TrimRight(c.AWSEndpoint, "/")
+	c.GCPEndpoint = strings.TrimRight(c.GCPEndpoint, "/")
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.WaitTimeout == 0 {
+		c.WaitTimeout = DefaultWaitTimeout
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+func checkSource(s string) error {
+	switch {
+	case s == SourceAWS, s == SourceGCP:
+		return nil
+	case strings.HasPrefix(s, SourceURL+":"):
+		if err := checkURL(strings.TrimPrefix(s, SourceURL+":")); err != nil {
+			return fmt.Errorf("notice: --notices (LIFEBOAT_NOTICES) source %q: %v; write url:http://host:port/path", redactSource(s), err)
+		}
+		return nil
+	default:
+		return fmt.Errorf("notice: --notices (LIFEBOAT_NOTICES) names %q, which is not a source; use aws, gcp or url:http://host:port/path, comma-separated", redactSource(s))
+	}
+}
+
+func checkURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("cannot parse it")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("the scheme must be http or https")
+	}
+	if u.Host == "" {
+		return fmt.Errorf("it has no host")
+	}
+	return nil
+}
+
+// redactSource hides a password in a url: source before it reaches an error
+// or a log line.
+func redactSource(s string) string {
+	raw, ok := strings.CutPrefix(s, SourceURL+":")
+	if !ok {
+		return s
+	}
+	return SourceURL + ":" + redactURL(raw)
+}
+
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}

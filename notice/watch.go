@@ -1,0 +1,197 @@
+package notice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-cleanhttp"
+	"github.com/hashicorp/go-retryablehttp"
+)
+
+// Notice is a warning that the machine is going away.
+type Notice struct {
+	// Source is SourceAWS, SourceGCP or SourceURL.
+	Source string
+	// Deadline is when the machine goes away; zero if unknown.
+	Deadline time.Time
+	// Detail is what the source said, such as AWS's action ("terminate").
+	Detail string
+}
+
+// maxBody bounds how much of a response is read.
+const maxBody = 64 << 10
+
+// retryMax is how many times go-retryablehttp retries one request (on
+// connection errors, timeouts, 429 and 5xx) before the check fails and the
+// source waits Interval.
+const retryMax = 2
+
+// Watch checks cfg and starts one goroutine per source. Each sends at most
+// one Notice, the first it sees, on the returned channel, whose buffer holds
+// one per source so that no send ever blocks. The channel is closed after
+// ctx ends, once every goroutine has returned. With no sources the channel
+// only closes when ctx ends.
+func Watch(ctx context.Context, cfg Config) (<-chan Notice, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	out := make(chan Notice, len(cfg.Sources))
+	var wg sync.WaitGroup
+	for _, src := range cfg.Sources {
+		w := newWatcher(cfg, src, out)
+		wg.Go(func() { w.run(ctx) })
+	}
+	go func() {
+		<-ctx.Done()
+		wg.Wait()
+		close(out)
+	}()
+	return out, nil
+}
+
+// checkFunc asks a source once. It returns a notice and true when the
+// machine is going away; wait tells the loop whether to wait Interval before
+// the next check (a long poll that returned with news need not).
+type checkFunc func(ctx context.Context) (n Notice, ok bool, wait bool, err error)
+
+type watcher struct {
+	cfg    Config
+	name   string // the source, redacted
+	log    *slog.Logger
+	out    chan<- Notice
+	check  checkFunc
+	closer func() // closes idle connections when the goroutine ends
+	warned bool
+}
+
+func newWatcher(cfg Config, src string, out chan<- Notice) *watcher {
+	w := &watcher{cfg: cfg, name: redactSource(src), out: out}
+	w.log = cfg.Log.With("source", w.name)
+	switch {
+	case src == SourceAWS:
+		c := newClient(cfg, cfg.RequestTimeout, false)
+		w.closer = c.HTTPClient.CloseIdleConnections
+		w.check = (&awsSource{cfg: cfg, client: c}).check
+	case src == SourceGCP:
+		c := newClient(cfg, cfg.WaitTimeout+cfg.RequestTimeout, false)
+		w.closer = c.HTTPClient.CloseIdleConnections
+		w.check = (&gcpSource{cfg: cfg, client: c, etag: "NONE"}).check
+	default:
+		c := newClient(cfg, cfg.RequestTimeout, true)
+		w.closer = c.HTTPClient.CloseIdleConnections
+		w.check = (&urlSource{cfg: cfg, client: c, url: strings.TrimPrefix(src, SourceURL+":")}).check
+	}
+	return w
+}
+
+// run checks until a notice arrives or ctx ends.
+func (w *watcher) run(ctx context.Context) {
+	defer w.closer()
+	w.log.Debug("notice.watch", "interval", w.cfg.Interval.String())
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, ok, wait, err := w.check(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err != nil:
+			w.failed(err)
+			wait = true
+		case ok:
+			w.log.Warn("notice.preempted", "deadline", n.Deadline, "detail", n.Detail)
+			w.out <- n // never blocks: the buffer holds one per source
+			return
+		}
+		if wait {
+			t.Reset(w.cfg.Interval)
+		} else {
+			t.Reset(0)
+		}
+	}
+}
+
+// failed logs err: at warn the first time, at debug after that, so that an
+// absent metadata server (not on that cloud, or blocked) says so once.
+func (w *watcher) failed(err error) {
+	if !w.warned {
+		w.warned = true
+		w.log.Warn("notice.unavailable", "err", err,
+			"hint", "lifeboat keeps trying; later failures of this source are logged at debug")
+		return
+	}
+	w.log.Debug("notice.unavailable", "err", err)
+}
+
+// newClient returns a go-retryablehttp client whose every attempt is bounded
+// by timeout. Metadata servers are never reached through a proxy; url
+// sources honour HTTP_PROXY and NO_PROXY.
+func newClient(cfg Config, timeout time.Duration, proxy bool) *retryablehttp.Client {
+	tr := cleanhttp.DefaultPooledTransport()
+	if !proxy {
+		tr.Proxy = nil
+	}
+	c := retryablehttp.NewClient()
+	c.HTTPClient = &http.Client{Transport: tr, Timeout: timeout}
+	c.Logger = nil // the watcher logs failures itself, once at warn
+	c.RetryMax = retryMax
+	c.RetryWaitMin = max(cfg.Interval/10, time.Millisecond)
+	c.RetryWaitMax = cfg.Interval
+	c.CheckRetry = retryablehttp.DefaultRetryPolicy
+	c.Backoff = retryablehttp.DefaultBackoff
+	return c
+}
+
+// do sends one request through client (which retries it) and returns the
+// status, the header and up to maxBody bytes of the body.
+func do(ctx context.Context, client *retryablehttp.Client, method, url string, header http.Header) (status int, h http.Header, body []byte, err error) {
+	req, err := retryablehttp.NewRequestWithContext(ctx, method, url, nil)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	for k, vs := range header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err = io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("%s %s: read body: %w", method, redactURL(url), err)
+	}
+	return resp.StatusCode, resp.Header, body, nil
+}
+
+// errStatus describes an answer a source does not expect.
+func errStatus(what string, status int, body []byte) error {
+	return fmt.Errorf("%s: unexpected HTTP status %d %s (body %q)", what, status, http.StatusText(status), snippet(body))
+}
+
+func snippet(b []byte) string {
+	const n = 120
+	s := strings.TrimSpace(string(b))
+	if len(s) > n {
+		s = s[:n] + "..."
+	}
+	return s
+}
+
+var errNoToken = errors.New("empty token")
