@@ -112,24 +112,25 @@ func New(cfg Config) (*Agent, error) {
 		stats: Stats{LastStep: -1, RestoredStep: -1, InFlightStep: -1}}, nil
 }
 
-// Restored tells the agent which snapshot was restored into the directory
-// before the trainer started. The restored files, as they are on disk now
+// Restored tells the agent which checkpoint was restored into the
+// directory before the trainer started: its step and its files' paths
+// (relative to the directory). The restored files, as they are on disk now
 // (size and modification time), are not uploaded again while unchanged;
 // the trainer rewriting one makes it a new checkpoint.
-func (a *Agent) Restored(m *checkpoint.Manifest) {
+func (a *Agent) Restored(step int64, paths []string) {
 	seen := map[string]fileState{}
-	for _, f := range m.Files {
-		fi, err := os.Stat(filepath.Join(a.cfg.Dir, filepath.FromSlash(f.Path)))
+	for _, p := range paths {
+		fi, err := os.Stat(filepath.Join(a.cfg.Dir, filepath.FromSlash(p)))
 		if err != nil {
 			continue
 		}
-		seen[f.Path] = fileState{size: fi.Size(), mtime: fi.ModTime()}
+		seen[p] = fileState{size: fi.Size(), mtime: fi.ModTime()}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.restored = seen
-	a.stats.RestoredStep = m.Step
-	a.stats.LastStep = m.Step
+	a.stats.RestoredStep = step
+	a.stats.LastStep = step
 }
 
 type fileState struct {

@@ -170,7 +170,7 @@ func TestRestoredIsNotUploadedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := setup(t, dir, s, time.Millisecond, 10*time.Millisecond)
-	a.Restored(res.Manifest)
+	a.Restored(res.Step, manifestPaths(res.Manifest))
 	stop := run(t, a)
 	if err := a.Flush(context.Background()); err != nil {
 		t.Fatal(err)
@@ -226,7 +226,7 @@ func TestRestoredInPlaceBackup(t *testing.T) {
 	w, _ := watch.New(watch.Config{Dir: dir, Settle: time.Millisecond})
 	w.SetNextStep(8)
 	a, _ := New(Config{Dir: dir, Watcher: w, Uploader: u, WorldSize: 1, Interval: 5 * time.Millisecond})
-	a.Restored(res.Manifest)
+	a.Restored(res.Step, manifestPaths(res.Manifest))
 	stop := run(t, a)
 	defer stop()
 	time.Sleep(100 * time.Millisecond) // several scans: none may upload
@@ -261,4 +261,12 @@ func TestPanicInStoreIsContained(t *testing.T) {
 	if err := a.Flush(context.Background()); err == nil {
 		t.Errorf("Flush succeeded with a panicking store")
 	}
+}
+
+func manifestPaths(m *checkpoint.Manifest) []string {
+	var out []string
+	for _, f := range m.Files {
+		out = append(out, f.Path)
+	}
+	return out
 }

@@ -594,8 +594,6 @@ var jobChecks = []struct {
 			store, hasStore := lp.value("store")
 			dir, hasDir := lp.value("dir")
 			switch {
-			case lp.sub == "run" && hasDir && !hasStore:
-				return fmt.Errorf("container %s: lifeboat run gets LIFEBOAT_DIR/--dir %s but no store and would exit 2; set LIFEBOAT_STORE or empty LIFEBOAT_DIR", lp.c.Name, dir)
 			case hasStore && !hasDir, lp.sub != "run" && (!hasStore || !hasDir):
 				return fmt.Errorf("container %s: lifeboat %s needs both a store (%q) and a directory (%q)", lp.c.Name, lp.sub, store, dir)
 			case !hasStore:
@@ -785,9 +783,6 @@ func TestJobChecksCatch(t *testing.T) {
 		}},
 		{"restart policy", "job.yaml", "requires Never", func(j *batchv1.Job) { j.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyOnFailure }},
 		{"dir not mounted", "job.yaml", "no mountPath", func(j *batchv1.Job) { setEnv(&j.Spec.Template.Spec.Containers[0], "LIFEBOAT_DIR", "/data") }},
-		{"dir without store", "job-sidecar.yaml", "would exit 2", func(j *batchv1.Job) {
-			setEnv(&j.Spec.Template.Spec.Containers[0], "LIFEBOAT_DIR", "/ckpt")
-		}},
 		{"unknown LIFEBOAT variable", "job.yaml", "no flag", func(j *batchv1.Job) {
 			setEnv(&j.Spec.Template.Spec.Containers[0], "LIFEBOAT_GRACE_PERIOD", "120s")
 		}},

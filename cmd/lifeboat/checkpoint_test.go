@@ -408,3 +408,53 @@ func TestRestartResumesFromCheckpoint(t *testing.T) {
 		t.Errorf("no restart event in the log")
 	}
 }
+
+// TestDirFromEnvWithoutStore: an image's default LIFEBOAT_DIR without a
+// store (docker run on a laptop) warns and runs the trainer, which still
+// sees its directory.
+func TestDirFromEnvWithoutStore(t *testing.T) {
+	cmd := exec.Command(lifeboatBin, "run", "--", "sh", "-c", `printf "$LIFEBOAT_DIR"`)
+	cmd.Env = append(os.Environ(), "LIFEBOAT_DIR=/ckpt-default")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil || string(out) != "/ckpt-default" {
+		t.Errorf("trainer saw %q, %v; want it to run with LIFEBOAT_DIR", out, err)
+	}
+	if !strings.Contains(stderr.String(), "checkpoint.no_store") {
+		t.Errorf("no warning that checkpoints stay local:\n%s", stderr.String())
+	}
+}
+
+// TestInitContainerRestore: `lifeboat restore` (an init container), then
+// `lifeboat run --restore never`: the trainer gets LIFEBOAT_RESUME_* from
+// the resume file, and the restored files are not uploaded again.
+func TestInitContainerRestore(t *testing.T) {
+	root := t.TempDir()
+	url := "file://" + filepath.Join(root, "store")
+	flags := []string{"run", "--store", url, "--settle", "100ms", "--scan-interval", "50ms"}
+	tr := startTrainer(t, nil, append(flags, "--dir", filepath.Join(root, "pod1"), "--", "python3", "-u", "testdata/trainer.py", "dirs")...)
+	for saved := 0; saved < 2; {
+		if tr.next(t).Event == "saved" {
+			saved++
+		}
+	}
+	tr.signal(syscall.SIGTERM)
+	tr.wait()
+	latest := latestComplete(lsJSON(t, nil, url))
+
+	dir := filepath.Join(root, "pod2")
+	if out, err := exec.Command(lifeboatBin, "restore", "--store", url, "--dir", dir).CombinedOutput(); err != nil {
+		t.Fatalf("restore: %v\n%s", err, out)
+	}
+	tr2 := startTrainer(t, []string{"TRAINER_EVERY=100000"}, append(flags, "--restore", "never", "--dir", dir, "--", "python3", "-u", "testdata/trainer.py", "dirs")...)
+	if e := tr2.next(t); e.Event != "resumed" || e.Step != latest || !e.Verified {
+		t.Fatalf("trainer after an init-container restore: %+v, want resumed at %d", e, latest)
+	}
+	time.Sleep(500 * time.Millisecond) // several scans
+	tr2.signal(syscall.SIGTERM)
+	tr2.wait()
+	if strings.Contains(tr2.stderr.String(), `"msg":"checkpoint.upload_started"`) {
+		t.Errorf("the restored checkpoint was uploaded again:\n%s", tail(tr2.stderr.String()))
+	}
+}

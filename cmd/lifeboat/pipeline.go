@@ -52,9 +52,10 @@ const resumeFile = ".lifeboat-resume.json"
 
 // resume is what a restore tells the trainer.
 type resume struct {
-	Dir  string `json:"dir"`
-	Step int64  `json:"step"`
-	ID   string `json:"id"`
+	Dir   string   `json:"dir"`
+	Step  int64    `json:"step"`
+	ID    string   `json:"id"`
+	Files []string `json:"files"` // restored paths, relative to --dir
 }
 
 // env renders r as the trainer's LIFEBOAT_RESUME_* variables; a fresh start
@@ -69,21 +70,24 @@ func (r *resume) env() []string {
 // restoreLatest restores the newest complete checkpoint of rank into dir,
 // falling back to older ones on corruption. nil, nil means there is none:
 // a fresh start.
-func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, log *slog.Logger) (*resume, *checkpoint.Manifest, error) {
+func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, log *slog.Logger) (*resume, error) {
 	t0 := time.Now()
 	res, err := checkpoint.RestoreLatest(ctx, s, ro.rank, dir, checkpoint.RestoreOptions{WorldSize: ro.worldSize, Workers: workers, Log: log})
 	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
 		log.Info("resume.fresh_start", "store", s.String(), "reason", err.Error())
 		_ = os.Remove(filepath.Join(dir, resumeFile))
-		return nil, nil, nil
+		return nil, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("restore from %s into %s: %w", s, dir, err)
+		return nil, fmt.Errorf("restore from %s into %s: %w", s, dir, err)
 	}
 	for _, f := range res.Fallbacks {
 		log.Warn("resume.fallback", "skipped_step", f.Step, "why", f.Err.Error())
 	}
 	r := &resume{Dir: filepath.Join(dir, commonDir(res.Manifest)), Step: res.Step, ID: res.Manifest.ID}
+	for _, f := range res.Manifest.Files {
+		r.Files = append(r.Files, f.Path)
+	}
 	b, _ := json.Marshal(r)
 	if err := os.WriteFile(filepath.Join(dir, resumeFile), append(b, '\n'), 0o644); err != nil {
 		log.Warn("resume.write_file_failed", "err", err)
@@ -91,7 +95,22 @@ func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOpti
 	el := time.Since(t0)
 	log.Info("resume.restored", "step", res.Step, "rank", ro.rank, "files", res.Files, "bytes", res.Bytes,
 		"seconds", el.Seconds(), "mb_per_s", float64(res.Bytes)/1e6/max(el.Seconds(), 1e-9), "dir", r.Dir, "id", r.ID)
-	return r, res.Manifest, nil
+	return r, nil
+}
+
+// readResumeFile reads what an earlier restore (an init container's)
+// wrote into dir; nil when there is none or it cannot be read.
+func readResumeFile(dir string, log *slog.Logger) *resume {
+	b, err := os.ReadFile(filepath.Join(dir, resumeFile))
+	if err != nil {
+		return nil
+	}
+	var r resume
+	if err := json.Unmarshal(b, &r); err != nil {
+		log.Warn("resume.bad_file", "path", filepath.Join(dir, resumeFile), "err", err)
+		return nil
+	}
+	return &r
 }
 
 // commonDir is the deepest directory that holds every file of m ("" when
@@ -133,12 +152,12 @@ func (p *pipeline) beforeRestart(ctx context.Context, attempt int) ([]string, er
 	if err := p.agent.Sync(ctx); err != nil {
 		p.log.Warn("resume.sync_failed", "err", err, "effect", "restarting from the newest committed checkpoint")
 	}
-	r, m, err := restoreLatest(ctx, p.store, p.dir, p.ranks, p.workers, p.log)
+	r, err := restoreLatest(ctx, p.store, p.dir, p.ranks, p.workers, p.log)
 	if err != nil {
 		return nil, err
 	}
-	if m != nil {
-		p.agent.Restored(m)
+	if r != nil {
+		p.agent.Restored(r.Step, r.Files)
 	}
 	return r.env(), nil
 }
@@ -168,12 +187,15 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 		return nil, err
 	}
 	p := &pipeline{store: s, dir: dir, ranks: ro, workers: co.workers, log: log}
-	var restored *checkpoint.Manifest
 	if co.restore == "auto" {
-		p.resume, restored, err = restoreLatest(ctx, s, dir, ro, co.workers, log)
+		p.resume, err = restoreLatest(ctx, s, dir, ro, co.workers, log)
 		if err != nil {
 			return nil, err
 		}
+	} else {
+		// An init container may have restored (lifeboat restore): its
+		// files are not new checkpoints.
+		p.resume = readResumeFile(dir, log)
 	}
 	w, err := watch.New(watch.Config{Dir: dir, Marker: co.marker, StepPattern: pattern, Settle: co.settle, Log: log})
 	if err != nil {
@@ -194,8 +216,8 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	if err != nil {
 		return nil, err
 	}
-	if restored != nil {
-		p.agent.Restored(restored)
+	if p.resume != nil {
+		p.agent.Restored(p.resume.Step, p.resume.Files)
 	}
 	p.env = append(p.resume.env(), "LIFEBOAT_DIR="+dir, "LIFEBOAT_MARKER="+co.marker,
 		"LIFEBOAT_RANK="+strconv.Itoa(ro.rank), "LIFEBOAT_WORLD_SIZE="+strconv.Itoa(ro.worldSize))

@@ -64,7 +64,7 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stdout, "restored step %d (%d files, %d bytes) into %s\n", res.Step, res.Files, res.Bytes, o.dir)
 		return 0
 	}
-	r, _, err := restoreLatest(ctx, s, o.dir, o.ranks, o.workers, log)
+	r, err := restoreLatest(ctx, s, o.dir, o.ranks, o.workers, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "lifeboat restore: %v\n", err)
 		return 1

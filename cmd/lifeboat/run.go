@@ -135,9 +135,17 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		log.Warn("supervisor.signal_mask", "err", err, "effect", "the trainer inherits lifeboat's blocked signals")
 	}
 	if o.store.url == "" {
-		if o.checkpoint.dir != "" {
+		dirFlag := false
+		fs.Visit(func(f *flag.Flag) { dirFlag = dirFlag || f.Name == "dir" })
+		switch {
+		case o.checkpoint.dir != "" && dirFlag:
 			fmt.Fprintln(stderr, "lifeboat run: --dir is set but --store is not: set --store (LIFEBOAT_STORE) to s3://bucket/prefix or file:///abs/path, or drop --dir")
 			return 2
+		case o.checkpoint.dir != "":
+			// An image's default LIFEBOAT_DIR, run without a store (docker
+			// run on a laptop): the trainer still gets its directory.
+			log.Warn("checkpoint.no_store", "dir", o.checkpoint.dir,
+				"effect", "checkpoints stay local; set LIFEBOAT_STORE (--store) to upload and resume them")
 		}
 		return exitCode(runRun(ctx, cfg, nil), stderr)
 	}
