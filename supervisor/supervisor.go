@@ -89,6 +89,13 @@ type Config struct {
 	// restores the newest committed checkpoint, and returns environment
 	// variables to set for the new trainer.
 	BeforeRestart func(ctx context.Context, attempt int) ([]string, error)
+
+	// OnStop, when set, is told when a stop begins or its deadline moves:
+	// the end of the grace budget (metrics show the budget left).
+	OnStop func(end time.Time)
+	// OnRestart, when set, is told of each restart and why: "exit_code" or
+	// "signal".
+	OnRestart func(reason string)
 }
 
 // Notice is a cloud provider's warning that the machine goes away.
@@ -399,6 +406,13 @@ func (l *loop) restart(sigs <-chan os.Signal) bool {
 		env = MergeEnv(env, extra)
 	}
 	l.restarts++
+	if l.cfg.OnRestart != nil {
+		reason := "exit_code"
+		if l.childStatus.Signaled() {
+			reason = "signal"
+		}
+		l.cfg.OnRestart(reason)
+	}
 	prev := l.env
 	l.env = env
 	if err := l.start(); err != nil {
@@ -526,6 +540,9 @@ func (l *loop) startStop(sig unix.Signal, reason string, end time.Time) {
 		l.stopping, l.stopSig, l.stopReason, l.stopAt = true, sig, reason, now
 	}
 	l.graceEnd = end
+	if l.cfg.OnStop != nil {
+		l.cfg.OnStop(end)
+	}
 	grace := end.Sub(now)
 	budget := grace
 	var reserve time.Duration

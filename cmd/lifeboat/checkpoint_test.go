@@ -11,10 +11,16 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -456,5 +462,112 @@ func TestInitContainerRestore(t *testing.T) {
 	tr2.wait()
 	if strings.Contains(tr2.stderr.String(), `"msg":"checkpoint.upload_started"`) {
 		t.Errorf("the restored checkpoint was uploaded again:\n%s", tail(tr2.stderr.String()))
+	}
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// scrape returns the value of an unlabelled metric, or -1e9 when absent.
+func scrape(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return -1e9
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == name {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			return v
+		}
+	}
+	return -1e9
+}
+
+// TestMetricsMoveDuringARun scrapes /metrics while the trainer saves: the
+// last committed step and the uploaded bytes go up, /healthz answers, and
+// the store's credentials appear nowhere.
+func TestMetricsMoveDuringARun(t *testing.T) {
+	root := t.TempDir()
+	addr := freeAddr(t)
+	url := "file://" + filepath.Join(root, "store")
+	tr := startTrainer(t, nil, "run", "--store", url, "--dir", filepath.Join(root, "pod"), "--settle", "100ms",
+		"--scan-interval", "50ms", "--metrics-addr", addr, "--", "python3", "-u", "testdata/trainer.py", "dirs")
+	tr.next(t)
+	for deadline := time.Now().Add(hangLimit); ; time.Sleep(50 * time.Millisecond) {
+		if scrape(t, addr, "lifeboat_checkpoint_last_step") > 0 && scrape(t, addr, "lifeboat_upload_bytes_total") > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics never showed a committed checkpoint; stderr:\n%s", tail(tr.stderr.String()))
+		}
+	}
+	first := scrape(t, addr, "lifeboat_checkpoint_last_step")
+	for deadline := time.Now().Add(hangLimit); scrape(t, addr, "lifeboat_checkpoint_last_step") <= first; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("lifeboat_checkpoint_last_step stuck at %v", first)
+		}
+	}
+	if v := scrape(t, addr, "lifeboat_ready"); v != 1 {
+		t.Errorf("lifeboat_ready = %v, want 1", v)
+	}
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Errorf("/healthz: %v, %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if v := scrape(t, addr, "lifeboat_grace_budget_left_seconds"); v != 30 {
+		t.Errorf("grace budget left before a stop = %v, want the full 30", v)
+	}
+	tr.signal(syscall.SIGTERM)
+	if code := tr.wait(); code != 143 {
+		t.Errorf("exit %d, want 143", code)
+	}
+}
+
+// TestNoticeStopsTheTrainer: a preemption notice from a url: source (a
+// real HTTP server on 127.0.0.1) sends --notice-signal to the trainer,
+// which saves; lifeboat commits and exits with the preemption code.
+func TestNoticeStopsTheTrainer(t *testing.T) {
+	var preempt atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !preempt.Load() {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		fmt.Fprintf(w, `{"deadline": %q}`, time.Now().Add(20*time.Second).UTC().Format(time.RFC3339))
+	}))
+	defer srv.Close()
+	root := t.TempDir()
+	url := "file://" + filepath.Join(root, "store")
+	tlog := filepath.Join(root, "tlog")
+	tr := startTrainer(t, []string{"TRAINER_EVERY=100000"}, "run", "--store", url, "--dir", filepath.Join(root, "pod"),
+		"--notices", "url:"+srv.URL, "--termination-log", tlog, "--", "python3", "-u", "testdata/trainer.py", "backup")
+	if e := tr.next(t); e.Event != "fresh" {
+		t.Fatalf("first event %+v", e)
+	}
+	preempt.Store(true)
+	if e := tr.next(t); e.Event != "terminated" {
+		t.Fatalf("after the notice: %+v, want the trainer's TERM handler to run", e)
+	}
+	if code := tr.wait(); code != 143 {
+		t.Errorf("exit %d, want 143", code)
+	}
+	if latestComplete(lsJSON(t, nil, url)) < 0 {
+		t.Errorf("the checkpoint saved on the notice was not committed")
+	}
+	if b, _ := os.ReadFile(tlog); !strings.Contains(string(b), "url preemption notice") {
+		t.Errorf("termination log %q does not name the notice", b)
 	}
 }

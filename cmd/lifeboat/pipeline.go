@@ -143,6 +143,10 @@ type pipeline struct {
 	ranks   rankOptions
 	workers int
 	log     *slog.Logger
+	// resumeSource is "store" (restored here), "init" (by an init
+	// container) or "none"; resumeSeconds how long the restore took.
+	resumeSource  string
+	resumeSeconds float64
 }
 
 // beforeRestart runs between a trainer crash and its restart: it commits
@@ -188,14 +192,17 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	}
 	p := &pipeline{store: s, dir: dir, ranks: ro, workers: co.workers, log: log}
 	if co.restore == "auto" {
+		t0 := time.Now()
 		p.resume, err = restoreLatest(ctx, s, dir, ro, co.workers, log)
 		if err != nil {
 			return nil, err
 		}
+		p.resumeSource, p.resumeSeconds = "store", time.Since(t0).Seconds()
 	} else {
 		// An init container may have restored (lifeboat restore): its
 		// files are not new checkpoints.
 		p.resume = readResumeFile(dir, log)
+		p.resumeSource = "init"
 	}
 	w, err := watch.New(watch.Config{Dir: dir, Marker: co.marker, StepPattern: pattern, Settle: co.settle, Log: log})
 	if err != nil {

@@ -34,6 +34,7 @@ type runOptions struct {
 	store      storeOptions
 	checkpoint checkpointOptions
 	ranks      rankOptions
+	observe    observeOptions
 }
 
 func newRunFlags(o *runOptions, w io.Writer) (*flag.FlagSet, *runOptions) {
@@ -57,6 +58,7 @@ func newRunFlags(o *runOptions, w io.Writer) (*flag.FlagSet, *runOptions) {
 	o.store.register(fs)
 	o.checkpoint.register(fs)
 	o.ranks.register(fs)
+	o.observe.register(fs, true)
 	fs.Usage = flagUsage(fs, w, "lifeboat run [flags] -- CMD [ARG...]")
 	return fs, o
 }
@@ -88,6 +90,9 @@ func (o *runOptions) config() (supervisor.Config, error) {
 		cfg.PreemptExitCode = n
 	}
 	cfg.MaxRuntime = o.maxRuntime
+	if cfg.NoticeSignal, err = o.observe.noticeSig(); err != nil {
+		return cfg, err
+	}
 	switch o.restart {
 	case "never":
 	case "on-failure":
@@ -147,7 +152,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 			log.Warn("checkpoint.no_store", "dir", o.checkpoint.dir,
 				"effect", "checkpoints stay local; set LIFEBOAT_STORE (--store) to upload and resume them")
 		}
-		return exitCode(runRun(ctx, cfg, nil), stderr)
+		return exitCode(runRun(ctx, cfg, nil, &o.observe), stderr)
 	}
 	if err := o.ranks.resolve(os.Getenv); err != nil {
 		fmt.Fprintf(stderr, "lifeboat run: %v\n", err)
@@ -158,24 +163,41 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lifeboat run: %v\n", err)
 		return supervisor.CodeInternal
 	}
-	return exitCode(runRun(ctx, cfg, p), stderr)
+	return exitCode(runRun(ctx, cfg, p, &o.observe), stderr)
 }
 
 // runRun supervises cfg.Argv until it and its tree have exited. With a
 // checkpoint pipeline, its agent uploads in the background, the grace
 // budget keeps a reserve for the final upload, and the final upload runs
-// when the trainer's tree is gone.
-func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline) error {
-	if p == nil {
-		return supervisor.Run(ctx, cfg)
-	}
-	cfg.Env = supervisor.MergeEnv(os.Environ(), p.env)
-	cfg.Reserve = p.agent.Reserve
-	cfg.BeforeRestart = p.beforeRestart
-	cfg.AfterExit = func(ctx context.Context, stopped bool) error { return p.agent.Flush(ctx) }
-	agentCtx, cancel := context.WithCancel(context.Background())
+// when the trainer's tree is gone. Metrics and notices run alongside.
+func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, obs *observeOptions) error {
+	bg, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go p.agent.Run(agentCtx)
+	m, err := obs.startMetrics(bg, cfg.Log)
+	if err != nil {
+		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: 2}
+	}
+	if cfg.Notices, err = obs.watchNotices(bg, m, cfg.Log); err != nil {
+		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: 2}
+	}
+	gc := &graceClock{grace: cfg.Grace}
+	cfg.OnStop = gc.set
+	m.SetGraceBudgetLeft(gc.left)
+	cfg.OnRestart = m.IncRestart
+	if p != nil {
+		cfg.Env = supervisor.MergeEnv(os.Environ(), p.env)
+		cfg.Reserve = p.agent.Reserve
+		cfg.BeforeRestart = p.beforeRestart
+		cfg.AfterExit = func(ctx context.Context, stopped bool) error { return p.agent.Flush(ctx) }
+		if p.resume != nil {
+			m.SetResume(p.resumeSource, p.resume.Step, p.resumeSeconds)
+		} else {
+			m.SetResume("none", -1, p.resumeSeconds)
+		}
+		go p.agent.Run(bg)
+		go feedMetrics(bg, m, p.agent, time.Second)
+	}
+	m.SetReady(true)
 	return supervisor.Run(ctx, cfg)
 }
 

@@ -19,6 +19,7 @@ type sidecarOptions struct {
 	store      storeOptions
 	checkpoint checkpointOptions
 	ranks      rankOptions
+	observe    observeOptions
 	grace      time.Duration
 	flushWait  time.Duration
 }
@@ -30,6 +31,7 @@ func sidecarCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	o.store.register(fs)
 	o.checkpoint.register(fs)
 	o.ranks.register(fs)
+	o.observe.register(fs, false)
 	fs.DurationVar(&o.grace, "grace", supervisor.DefaultGrace, "the pod's terminationGracePeriodSeconds: the final upload must end within it")
 	fs.DurationVar(&o.flushWait, "flush-wait", 0,
 		"after SIGTERM, keep watching this long for the trainer's last checkpoint before the final upload (0 for a native sidecar, which Kubernetes stops after the trainer)")
@@ -63,8 +65,15 @@ func sidecarCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	agentCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	m, err := o.observe.startMetrics(agentCtx, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "lifeboat sidecar: %v\n", err)
+		return 2
+	}
 	done := make(chan struct{})
 	go func() { p.agent.Run(agentCtx); close(done) }()
+	go feedMetrics(agentCtx, m, p.agent, time.Second)
+	m.SetReady(true)
 	log.Info("sidecar.started", "store", p.store.String(), "dir", o.checkpoint.dir)
 	var sig os.Signal
 	select {
