@@ -34,6 +34,11 @@ fi
 log "go test -race ${args[*]}"
 go test -race -count=1 -timeout 30m "${args[@]}"
 
+if (($# == 0)); then
+	log "Python helper and example trainer"
+	scripts/python-test.sh
+fi
+
 if [ "${LIFEBOAT_TEST_DOCKER:-1}" != 0 ] && (($# == 0)); then
 	log "Docker image"
 	scripts/docker-build.sh >&2
