@@ -13,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -27,6 +28,10 @@ type RestoreOptions struct {
 	Workers   int     // parallel chunk downloads, default DefaultWorkers
 	Backoff   Backoff // retries of transient store errors, default DefaultBackoff
 	Log       *slog.Logger
+	// Progress, when set, is called after each chunk is written with the
+	// bytes written so far and the snapshot's total. It is called from
+	// several goroutines and must be safe for that; done only grows.
+	Progress func(done, total int64)
 }
 
 // Fallback records a snapshot RestoreLatest could not restore.
@@ -188,6 +193,15 @@ func restoreManifest(ctx context.Context, s storage.Store, m *Manifest, dir stri
 		}
 	}
 
+	var total int64
+	for _, mf := range m.Files {
+		total += mf.Size
+	}
+	var written atomic.Int64
+	if opts.Progress != nil {
+		opts.Progress(0, total)
+	}
+
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	jobs := make(chan restoreJob)
@@ -214,6 +228,9 @@ func restoreManifest(ctx context.Context, s storage.Store, m *Manifest, dir stri
 				// Start writing back now, so the fsync before the rename
 				// has little left to do. Advisory: errors are ignored.
 				_ = unix.SyncFileRange(int(job.file.Fd()), job.offset, int64(len(b)), unix.SYNC_FILE_RANGE_WRITE)
+				if opts.Progress != nil {
+					opts.Progress(written.Add(int64(len(b))), total)
+				}
 			}
 		})
 	}

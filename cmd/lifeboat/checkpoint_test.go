@@ -25,6 +25,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lifeboat-project/lifeboat/internal/testenv"
 )
 
@@ -569,5 +571,61 @@ func TestNoticeStopsTheTrainer(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(tlog); !strings.Contains(string(b), "url preemption notice") {
 		t.Errorf("termination log %q does not name the notice", b)
+	}
+}
+
+// TestRestoreProgress: `lifeboat restore` logs its progress as plain lines
+// when stderr is not a terminal, and draws a bar when it is.
+func TestRestoreProgress(t *testing.T) {
+	root := t.TempDir()
+	url := "file://" + filepath.Join(root, "store")
+	src := filepath.Join(root, "src")
+	p := start(t, "plain", "sidecar", "--store", url, "--dir", src, "--settle", "1h")
+	waitFor(t, p, func() bool { return strings.Contains(p.stderr.String(), "sidecar.started") })
+	if err := os.MkdirAll(filepath.Join(src, "step-7"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "step-7", "model.pdparams"), bytes.Repeat([]byte("abcdefgh"), 4<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(); code != 0 {
+		t.Fatalf("sidecar exit %d:\n%s", code, p.stderr.String())
+	}
+
+	cmd := exec.Command(lifeboatBin, "restore", "--store", url, "--dir", filepath.Join(root, "plain"), "--progress-interval", "10ms")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("restore: %v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), `"msg":"resume.progress","bytes":33554432,"total_bytes":33554432,"percent":100`) {
+		t.Errorf("no final progress line with every byte:\n%s", stderr.String())
+	}
+
+	master, slave := openPTY(t)
+	if err := unix.IoctlSetWinsize(int(slave.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 24, Col: 100}); err != nil {
+		t.Fatal(err)
+	}
+	cmd = exec.Command(lifeboatBin, "restore", "--store", url, "--dir", filepath.Join(root, "tty"), "--log-format", "json")
+	cmd.Stderr = slave
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	var screen bytes.Buffer
+	copied := make(chan struct{})
+	go func() { _, _ = io.Copy(&screen, master); close(copied) }()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("restore on a terminal: %v", err)
+	}
+	<-copied
+	if !strings.Contains(screen.String(), "restore ") || !strings.Contains(screen.String(), "100 %") {
+		t.Errorf("no progress bar on the terminal:\n%q", screen.String())
+	}
+	if strings.Contains(screen.String(), "resume.progress") {
+		t.Errorf("plain progress lines on a terminal")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path"
@@ -70,9 +71,17 @@ func (r *resume) env() []string {
 // restoreLatest restores the newest complete checkpoint of rank into dir,
 // falling back to older ones on corruption. nil, nil means there is none:
 // a fresh start.
-func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, log *slog.Logger) (*resume, error) {
+func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, log *slog.Logger, progressTo io.Writer) (*resume, error) {
+	return restoreLatestEvery(ctx, s, dir, ro, workers, log, progressTo, 5*time.Second)
+}
+
+// restoreLatestEvery is restoreLatest reporting progress to progressTo (a
+// bar on a terminal) or, every interval, to log.
+func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, log *slog.Logger, progressTo io.Writer, interval time.Duration) (*resume, error) {
 	t0 := time.Now()
-	res, err := checkpoint.RestoreLatest(ctx, s, ro.rank, dir, checkpoint.RestoreOptions{WorldSize: ro.worldSize, Workers: workers, Log: log})
+	pr := newProgress(progressTo, log, interval)
+	res, err := checkpoint.RestoreLatest(ctx, s, ro.rank, dir, checkpoint.RestoreOptions{WorldSize: ro.worldSize, Workers: workers, Log: log, Progress: pr.update})
+	pr.stop()
 	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
 		log.Info("resume.fresh_start", "store", s.String(), "reason", err.Error())
 		_ = os.Remove(filepath.Join(dir, resumeFile))
@@ -156,7 +165,7 @@ func (p *pipeline) beforeRestart(ctx context.Context, attempt int) ([]string, er
 	if err := p.agent.Sync(ctx); err != nil {
 		p.log.Warn("resume.sync_failed", "err", err, "effect", "restarting from the newest committed checkpoint")
 	}
-	r, err := restoreLatest(ctx, p.store, p.dir, p.ranks, p.workers, p.log)
+	r, err := restoreLatest(ctx, p.store, p.dir, p.ranks, p.workers, p.log, io.Discard)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +177,7 @@ func (p *pipeline) beforeRestart(ctx context.Context, attempt int) ([]string, er
 
 // newPipeline opens the store, restores (unless told not to) and builds the
 // agent; it does not start it.
-func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, ro rankOptions, log *slog.Logger) (*pipeline, error) {
+func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, ro rankOptions, log *slog.Logger, progressTo io.Writer) (*pipeline, error) {
 	if co.dir == "" {
 		return nil, errors.New("--store is set but --dir is not: set --dir (LIFEBOAT_DIR) to the directory the trainer saves checkpoints into")
 	}
@@ -193,7 +202,7 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	p := &pipeline{store: s, dir: dir, ranks: ro, workers: co.workers, log: log}
 	if co.restore == "auto" {
 		t0 := time.Now()
-		p.resume, err = restoreLatest(ctx, s, dir, ro, co.workers, log)
+		p.resume, err = restoreLatest(ctx, s, dir, ro, co.workers, log, progressTo)
 		if err != nil {
 			return nil, err
 		}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
 )
@@ -13,12 +14,13 @@ import (
 // restoreOptions are the flags of `lifeboat restore`, the init-container
 // form of resume.
 type restoreOptions struct {
-	common  commonOptions
-	store   storeOptions
-	ranks   rankOptions
-	dir     string
-	step    int64
-	workers int
+	common   commonOptions
+	store    storeOptions
+	ranks    rankOptions
+	dir      string
+	step     int64
+	workers  int
+	interval time.Duration
 }
 
 func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -30,6 +32,7 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.StringVar(&o.dir, "dir", "", "directory to restore into (the trainer's checkpoint directory)")
 	fs.Int64Var(&o.step, "step", -1, "restore this step instead of the newest complete one")
 	fs.IntVar(&o.workers, "workers", checkpoint.DefaultWorkers, "parallel chunk downloads")
+	fs.DurationVar(&o.interval, "progress-interval", 5*time.Second, "how often progress is logged when stderr is not a terminal (a terminal gets a bar)")
 	fs.Usage = flagUsage(fs, stderr, "lifeboat restore --store URL --dir DIR [flags]")
 	if code := parseCmd(fs, args, stderr); code >= 0 {
 		return code
@@ -56,7 +59,9 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 1
 	}
 	if o.step >= 0 {
-		res, err := checkpoint.Restore(ctx, s, o.step, o.ranks.rank, o.dir, checkpoint.RestoreOptions{WorldSize: o.ranks.worldSize, Workers: o.workers, Log: log})
+		pr := newProgress(stderr, log, o.interval)
+		res, err := checkpoint.Restore(ctx, s, o.step, o.ranks.rank, o.dir, checkpoint.RestoreOptions{WorldSize: o.ranks.worldSize, Workers: o.workers, Log: log, Progress: pr.update})
+		pr.stop()
 		if err != nil {
 			fmt.Fprintf(stderr, "lifeboat restore: step %d: %v\n", o.step, err)
 			return 1
@@ -64,7 +69,7 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stdout, "restored step %d (%d files, %d bytes) into %s\n", res.Step, res.Files, res.Bytes, o.dir)
 		return 0
 	}
-	r, err := restoreLatest(ctx, s, o.dir, o.ranks, o.workers, log)
+	r, err := restoreLatestEvery(ctx, s, o.dir, o.ranks, o.workers, log, stderr, o.interval)
 	if err != nil {
 		fmt.Fprintf(stderr, "lifeboat restore: %v\n", err)
 		return 1

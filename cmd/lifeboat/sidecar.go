@@ -56,7 +56,7 @@ func sidecarCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lifeboat sidecar: %v\n", err)
 		return 2
 	}
-	p, err := newPipeline(ctx, &o.store, &o.checkpoint, o.ranks, log)
+	p, err := newPipeline(ctx, &o.store, &o.checkpoint, o.ranks, log, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "lifeboat sidecar: %v\n", err)
 		return 1
