@@ -83,11 +83,13 @@ func (o *observeOptions) noticeSig() (unix.Signal, error) {
 
 // feedMetrics copies the agent's figures into m every interval until ctx
 // ends. Counters get the increase since the last copy.
-func feedMetrics(ctx context.Context, m *metrics.Metrics, a *agent.Agent, interval time.Duration) {
-	if m == nil || a == nil {
+func feedMetrics(ctx context.Context, m *metrics.Metrics, p *pipeline, interval time.Duration) {
+	if m == nil || p == nil {
 		return
 	}
+	a := p.agent
 	var last agent.Stats
+	var lastRetries int64
 	copyStats := func() {
 		s := a.Stats()
 		if s.Commits > 0 && (s.LastStep != last.LastStep || !s.LastCommit.Equal(last.LastCommit)) {
@@ -100,6 +102,10 @@ func feedMetrics(ctx context.Context, m *metrics.Metrics, a *agent.Agent, interv
 		}
 		m.SetPending(s.PendingBytes)
 		m.SetThroughput(s.Throughput)
+		r := p.retries.Load()
+		for ; lastRetries < r; lastRetries++ {
+			m.IncRetry()
+		}
 		last = s
 	}
 	t := time.NewTicker(interval)

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/agent"
@@ -156,6 +157,7 @@ type pipeline struct {
 	// container) or "none"; resumeSeconds how long the restore took.
 	resumeSource  string
 	resumeSeconds float64
+	retries       atomic.Int64 // store operations retried after a transient failure
 }
 
 // beforeRestart runs between a trainer crash and its restart: it commits
@@ -226,7 +228,15 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	for _, sn := range snaps {
 		w.SetNextStep(sn.Step + 1)
 	}
-	u := &checkpoint.Uploader{Store: s, Workers: co.workers, Producer: "lifeboat " + version, Log: log}
+	backoff := checkpoint.DefaultBackoff()
+	u := &checkpoint.Uploader{Store: s, Workers: co.workers, Producer: "lifeboat " + version, Log: log,
+		Backoff: func(attempt int) (time.Duration, bool) {
+			d, ok := backoff(attempt)
+			if ok {
+				p.retries.Add(1)
+			}
+			return d, ok
+		}}
 	p.agent, err = agent.New(agent.Config{Dir: dir, Watcher: w, Uploader: u, Rank: ro.rank, WorldSize: ro.worldSize,
 		Interval: co.interval, Keep: co.keep, Log: log})
 	if err != nil {

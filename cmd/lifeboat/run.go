@@ -195,7 +195,7 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, obs *observ
 			m.SetResume("none", -1, p.resumeSeconds)
 		}
 		go p.agent.Run(bg)
-		go feedMetrics(bg, m, p.agent, time.Second)
+		go feedMetrics(bg, m, p, time.Second)
 	}
 	m.SetReady(true)
 	return supervisor.Run(ctx, cfg)

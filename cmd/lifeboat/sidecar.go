@@ -72,7 +72,7 @@ func sidecarCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	done := make(chan struct{})
 	go func() { p.agent.Run(agentCtx); close(done) }()
-	go feedMetrics(agentCtx, m, p.agent, time.Second)
+	go feedMetrics(agentCtx, m, p, time.Second)
 	m.SetReady(true)
 	log.Info("sidecar.started", "store", p.store.String(), "dir", o.checkpoint.dir)
 	var sig os.Signal
