@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs lifeboat's whole test suite: installs what the tests need, builds (or
 # reuses) and starts a MinIO server on 127.0.0.1, runs `go test -race ./...`
-# against it, builds the Docker image, and stops the server.
+# against it, runs the Python tests, builds the Docker image and runs the
+# preempt-and-resume cycle in real Docker, and stops the server.
 #
 #   scripts/test.sh [go test flags...]      e.g. scripts/test.sh -run TestExitCodes ./cmd/...
 #
@@ -12,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-need_pkgs unshare:util-linux python3:python3 sh:dash curl:curl git:git
+need_pkgs unshare:util-linux flock:util-linux python3:python3 sh:dash curl:curl git:git
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/lifeboat-test.XXXXXX")
 cleanup() {
@@ -42,5 +43,7 @@ fi
 if [ "${LIFEBOAT_TEST_DOCKER:-1}" != 0 ] && (($# == 0)); then
 	log "Docker image"
 	scripts/docker-build.sh >&2
+	log "Docker end to end: preempt with docker stop, resume with docker run"
+	LIFEBOAT_E2E_REUSE_IMAGE=1 scripts/docker-e2e.sh >&2
 fi
 log "all tests passed"
