@@ -38,6 +38,8 @@ go test -race -count=1 -timeout 30m "${args[@]}"
 if (($# == 0)); then
 	log "Python helper and example trainer"
 	scripts/python-test.sh
+	log "the README's demo (scripts/demo.sh)"
+	scripts/demo.sh >/dev/null 2>&1 || { log "scripts/demo.sh failed; run it to see why"; exit 1; }
 fi
 
 if [ "${LIFEBOAT_TEST_DOCKER:-1}" != 0 ] && (($# == 0)); then
