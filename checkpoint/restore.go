@@ -318,13 +318,16 @@ func checkTargets(dir string, files []File) error {
 func fetchChunk(ctx context.Context, s storage.Store, c Chunk, buf []byte, backoff Backoff) error {
 	key := chunkKey(c.SHA256)
 	var n int
+	h := sha256.New()
 	err := retry(ctx, backoff, func() error {
 		rc, err := s.Get(ctx, key, 0, -1)
 		if err != nil {
 			return err
 		}
 		defer rc.Close()
-		n, err = io.ReadFull(rc, buf)
+		// Hash while reading, each piece while it is still in the cache.
+		h.Reset()
+		n, err = io.ReadFull(io.TeeReader(rc, h), buf)
 		if err == io.ErrUnexpectedEOF || err == io.EOF {
 			return nil // the object is short: corrupt, not transient
 		}
@@ -347,8 +350,7 @@ func fetchChunk(ctx context.Context, s storage.Store, c Chunk, buf []byte, backo
 	if int64(n) != c.Size {
 		return fmt.Errorf("chunk %s has the wrong length (want %d bytes, got %d): %w", key, c.Size, n, ErrCorrupt)
 	}
-	h := sha256.Sum256(buf)
-	if got := hex.EncodeToString(h[:]); got != c.SHA256 {
+	if got := hex.EncodeToString(h.Sum(nil)); got != c.SHA256 {
 		return fmt.Errorf("chunk %s has sha256 %s: %w", key, got, ErrCorrupt)
 	}
 	return nil
