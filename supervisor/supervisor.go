@@ -96,6 +96,26 @@ type Config struct {
 	// OnRestart, when set, is told of each restart and why: "exit_code" or
 	// "signal".
 	OnRestart func(reason string)
+
+	// Memory, when set, puts the trainer in its own memory cgroup and
+	// counts OOM kills there (limits/memory in production).
+	Memory Memory
+	// OnOOMKill, when set, is told of each OOM kill in the trainer's cgroup.
+	OnOOMKill func()
+}
+
+// Memory is what the supervisor needs of the trainer's memory cgroup.
+type Memory interface {
+	// Spawn runs start (which forks the trainer and returns its pid) so
+	// that the trainer is in its cgroup from its first instruction.
+	Spawn(start func() (int, error)) (int, error)
+	// OOMKillCount is the number of OOM kills in the trainer's cgroup so
+	// far, as the kernel counts them (before it sends the SIGKILL).
+	OOMKillCount() (uint64, error)
+	// OOMKills delivers one value per OOM kill (it may lag the kill).
+	OOMKills() <-chan struct{}
+	// Describe says what the limit is, for the log and termination message.
+	Describe() string
 }
 
 // Notice is a cloud provider's warning that the machine goes away.
@@ -220,6 +240,8 @@ type loop struct {
 	flushErr   error       // what AfterExit returned
 	restarts   int         // restarts done
 	env        []string    // the trainer's environment
+	oomBefore  uint64      // OOM kills counted before this trainer started
+	oomKilled  bool        // the main trainer process was OOM-killed
 	cancelExit context.CancelFunc
 	ints       int // SIGINTs received
 	deadline   *time.Timer
@@ -261,10 +283,19 @@ func Run(ctx context.Context, cfg Config) error {
 
 // start spawns the trainer and resets the per-trainer state.
 func (l *loop) start() error {
-	pid, err := spawn(l.cfg.Argv, l.env)
+	start := func() (int, error) { return spawn(l.cfg.Argv, l.env) }
+	var pid int
+	var err error
+	if m := l.cfg.Memory; m != nil {
+		l.oomBefore, _ = m.OOMKillCount()
+		pid, err = m.Spawn(start)
+	} else {
+		pid, err = start()
+	}
 	if err != nil {
 		return err
 	}
+	l.oomKilled = false
 	l.target = signals.Target{Pid: pid, ChildOnly: l.cfg.ChildOnly}
 	l.childDone, l.childStatus, l.noChildren, l.treeSignal = false, 0, false, false
 	l.cfg.Log.Info("supervisor.started", "pid", pid, "argv0", l.cfg.Argv[0], "pid1", os.Getpid() == 1,
@@ -283,6 +314,10 @@ func (l *loop) run(ctx context.Context, sigs <-chan os.Signal) error {
 		maxRuntimeC = t.C
 	}
 	notices := l.cfg.Notices
+	var ooms <-chan struct{}
+	if l.cfg.Memory != nil {
+		ooms = l.cfg.Memory.OOMKills()
+	}
 	var killWaitC <-chan time.Time
 	for {
 		var deadlineC <-chan time.Time
@@ -304,6 +339,16 @@ func (l *loop) run(ctx context.Context, sigs <-chan os.Signal) error {
 			reason := fmt.Sprintf("max runtime %s reached", l.cfg.MaxRuntime)
 			l.cfg.Log.Warn("supervisor.max_runtime", "max_runtime", l.cfg.MaxRuntime.String(), "action", "stopping as on preemption")
 			l.stopWith(l.cfg.StopSignals[0], true, reason, time.Time{})
+		case _, ok := <-ooms:
+			if !ok {
+				ooms = nil
+				continue
+			}
+			if l.cfg.OnOOMKill != nil {
+				l.cfg.OnOOMKill()
+			}
+			l.cfg.Log.Warn("supervisor.oom_kill", "limit", l.cfg.Memory.Describe(),
+				"effect", "a process of the trainer was killed by the OOM killer")
 		case n, ok := <-notices:
 			if !ok {
 				notices = nil
@@ -601,10 +646,29 @@ func (l *loop) reap() {
 			l.childDone = true
 			l.childStatus = ws
 			l.cfg.Log.Info("supervisor.child_exited", "pid", pid, "status", describeStatus(ws))
+			l.checkOOM(ws)
 		} else {
 			l.cfg.Log.Debug("supervisor.reaped", "pid", pid, "code", StatusCode(ws))
 		}
 	}
+}
+
+// checkOOM decides whether the main trainer process, killed by SIGKILL,
+// was killed by the OOM killer: the kernel counts the kill in the trainer's
+// cgroup before it sends the signal.
+func (l *loop) checkOOM(ws unix.WaitStatus) {
+	m := l.cfg.Memory
+	if m == nil || !ws.Signaled() || ws.Signal() != unix.SIGKILL || !l.killedAt.IsZero() {
+		return
+	}
+	n, err := m.OOMKillCount()
+	if err != nil || n <= l.oomBefore {
+		return
+	}
+	l.oomKilled = true
+	l.cfg.Log.Error("supervisor.oom_killed", "pid", l.target.Pid, "limit", m.Describe(),
+		"effect", "the trainer ran out of memory and the kernel killed it; lifeboat is unharmed and uploads what was saved",
+		"hint", "raise the container's memory limit or lower the trainer's memory use (batch size, workers)")
 }
 
 // signalLeftovers runs once the main child has exited: whatever is left of
@@ -684,6 +748,8 @@ func (l *loop) finish() error {
 	switch {
 	case !l.childDone:
 		msg = "lifeboat: the trainer could not be reaped"
+	case l.oomKilled:
+		msg = fmt.Sprintf("lifeboat: the trainer was killed by the kernel's OOM killer (%s)", l.cfg.Memory.Describe())
 	case preempted && l.stopSig != 0:
 		msg = fmt.Sprintf("lifeboat: stopped by SIG%s; %s", signals.Name(l.stopSig), describeStatus(l.childStatus))
 	case preempted:

@@ -35,6 +35,7 @@ type runOptions struct {
 	checkpoint checkpointOptions
 	ranks      rankOptions
 	observe    observeOptions
+	memory     memoryOptions
 }
 
 func newRunFlags(o *runOptions, w io.Writer) (*flag.FlagSet, *runOptions) {
@@ -59,6 +60,7 @@ func newRunFlags(o *runOptions, w io.Writer) (*flag.FlagSet, *runOptions) {
 	o.checkpoint.register(fs)
 	o.ranks.register(fs)
 	o.observe.register(fs, true)
+	o.memory.register(fs)
 	fs.Usage = flagUsage(fs, w, "lifeboat run [flags] -- CMD [ARG...]")
 	return fs, o
 }
@@ -152,7 +154,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 			log.Warn("checkpoint.no_store", "dir", o.checkpoint.dir,
 				"effect", "checkpoints stay local; set LIFEBOAT_STORE (--store) to upload and resume them")
 		}
-		return exitCode(runRun(ctx, cfg, nil, &o.observe), stderr)
+		return exitCode(runRun(ctx, cfg, nil, o), stderr)
 	}
 	if err := o.ranks.resolve(os.Getenv); err != nil {
 		fmt.Fprintf(stderr, "lifeboat run: %v\n", err)
@@ -163,16 +165,29 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lifeboat run: %v\n", err)
 		return supervisor.CodeInternal
 	}
-	return exitCode(runRun(ctx, cfg, p, &o.observe), stderr)
+	return exitCode(runRun(ctx, cfg, p, o), stderr)
 }
 
 // runRun supervises cfg.Argv until it and its tree have exited. With a
 // checkpoint pipeline, its agent uploads in the background, the grace
 // budget keeps a reserve for the final upload, and the final upload runs
 // when the trainer's tree is gone. Metrics and notices run alongside.
-func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, obs *observeOptions) error {
+func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptions) error {
+	obs := &o.observe
 	bg, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	mem, err := o.memory.setup(cfg.Log)
+	if err != nil {
+		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: 2}
+	}
+	if mem != nil {
+		cfg.Memory = mem
+		defer func() {
+			if err := mem.Close(); err != nil {
+				cfg.Log.Warn("memory.close_failed", "err", err)
+			}
+		}()
+	}
 	m, err := obs.startMetrics(bg, cfg.Log)
 	if err != nil {
 		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: 2}
@@ -184,6 +199,7 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, obs *observ
 	cfg.OnStop = gc.set
 	m.SetGraceBudgetLeft(gc.left)
 	cfg.OnRestart = m.IncRestart
+	cfg.OnOOMKill = m.IncOOMKill
 	if p != nil {
 		cfg.Env = supervisor.MergeEnv(os.Environ(), p.env)
 		cfg.Reserve = p.agent.Reserve

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lifeboat-project/lifeboat/internal/testenv"
+)
+
+// TestOOMKillsTheTrainerNotLifeboat runs lifeboat in a memory cgroup of
+// 256 MiB (standing in for a container's limit) with --memory-cgroup on and
+// a 200 MiB reserve: a trainer that allocates 512 MiB is OOM-killed in its
+// own cgroup, and lifeboat survives to say so, write the termination log
+// and exit 137. It needs the cgroup v1 memory hierarchy (as on the machines
+// CI runs on) and root.
+func TestOOMKillsTheTrainerNotLifeboat(t *testing.T) {
+	testenv.RequireRoot(t)
+	root := "/sys/fs/cgroup/memory"
+	if _, err := os.Stat(filepath.Join(root, "memory.limit_in_bytes")); err != nil {
+		testenv.Skip(t, "no cgroup v1 memory hierarchy at "+root)
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	cg := filepath.Join(root, "lifeboat-oomtest-"+hex.EncodeToString(b))
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		testenv.Skip(t, "cannot create a memory cgroup: "+err.Error())
+	}
+	t.Cleanup(func() { _ = os.Remove(cg) })
+	if err := os.WriteFile(filepath.Join(cg, "memory.limit_in_bytes"), []byte("268435456"), 0o644); err != nil {
+		t.Fatalf("set the test cgroup's limit: %v", err)
+	}
+	tlog := filepath.Join(t.TempDir(), "termination-log")
+	cmd := exec.Command("sh", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, cg,
+		lifeboatBin, "run", "--memory-cgroup", "on", "--memory-reserve", "200MiB", "--termination-log", tlog,
+		"--", "python3", "-c", "b = bytearray(512 << 20)")
+	out, _ := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != 137 {
+		t.Fatalf("exit %d, want 137 (the trainer OOM-killed, lifeboat alive to report it); output:\n%s", code, out)
+	}
+	if !strings.Contains(string(out), `"msg":"supervisor.oom_killed"`) {
+		t.Errorf("no supervisor.oom_killed event:\n%s", out)
+	}
+	if !strings.Contains(string(out), `"msg":"memory.cgroup"`) {
+		t.Errorf("no memory.cgroup plan in the log:\n%s", out)
+	}
+	if b, _ := os.ReadFile(tlog); !strings.Contains(string(b), "killed by the kernel's OOM killer") || !strings.Contains(string(b), "exit code 137") {
+		t.Errorf("termination log %q does not say the trainer was OOM-killed", b)
+	}
+	// lifeboat removed the leaves it made.
+	if ents, _ := os.ReadDir(cg); func() bool {
+		for _, e := range ents {
+			if e.IsDir() {
+				return true
+			}
+		}
+		return false
+	}() {
+		t.Errorf("lifeboat left cgroups behind in %s", cg)
+	}
+}
+
+// TestMemoryCgroupFlags: bad values are usage errors; off and auto (not
+// PID 1) leave cgroups alone.
+func TestMemoryCgroupFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"run", "--memory-cgroup", "maybe", "--", "true"}, 2, "--memory-cgroup (LIFEBOAT_MEMORY_CGROUP)"},
+		{[]string{"run", "--memory-cgroup", "on", "--memory-reserve", "lots", "--", "true"}, 2, "--memory-reserve (LIFEBOAT_MEMORY_RESERVE)"},
+		{[]string{"run", "--memory-cgroup", "off", "--", "true"}, 0, ""},
+		{[]string{"run", "--", "true"}, 0, ""},
+	} {
+		out, _ := exec.Command(lifeboatBin, tc.args...).CombinedOutput()
+		c := exec.Command(lifeboatBin, tc.args...)
+		_ = c.Run()
+		if code := c.ProcessState.ExitCode(); code != tc.code || !strings.Contains(string(out), tc.msg) {
+			t.Errorf("%v: exit %d, %q; want %d and %q", tc.args, code, out, tc.code, tc.msg)
+		}
+		if tc.code == 0 && strings.Contains(string(out), "memory.cgroup") {
+			t.Errorf("%v: a memory cgroup was set up", tc.args)
+		}
+	}
+}
