@@ -44,6 +44,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return verifyCmd(ctx, args[1:], stdout, stderr)
 	case "prune":
 		return pruneCmd(ctx, args[1:], stdout, stderr)
+	case "doctor":
+		return doctorCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "lifeboat %s\n", version)
 		return 0
@@ -71,6 +73,7 @@ Usage:
   lifeboat ls --store URL [--json]       list checkpoints
   lifeboat verify --store URL [STEP]     check checkpoints for missing or corrupt data
   lifeboat prune --store URL --keep N    delete all but the newest N checkpoints
+  lifeboat doctor [--store URL] [--json] GPUs seen and what the trainer gets, memory plan, store reachability
   lifeboat version                       print the version
   lifeboat help [COMMAND]                show this help, or a command's flags
 

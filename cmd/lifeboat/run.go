@@ -36,6 +36,7 @@ type runOptions struct {
 	ranks      rankOptions
 	observe    observeOptions
 	memory     memoryOptions
+	gpu        gpuOptions
 }
 
 func newRunFlags(o *runOptions, w io.Writer) (*flag.FlagSet, *runOptions) {
@@ -61,6 +62,7 @@ func newRunFlags(o *runOptions, w io.Writer) (*flag.FlagSet, *runOptions) {
 	o.ranks.register(fs)
 	o.observe.register(fs, true)
 	o.memory.register(fs)
+	o.gpu.register(fs)
 	fs.Usage = flagUsage(fs, w, "lifeboat run [flags] -- CMD [ARG...]")
 	return fs, o
 }
@@ -176,6 +178,24 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptio
 	obs := &o.observe
 	bg, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if cfg.Env == nil {
+		cfg.Env = os.Environ()
+	}
+	if p != nil {
+		cfg.Env = supervisor.MergeEnv(cfg.Env, p.env)
+	}
+	gp, err := o.gpu.plan(cfg.Env, cfg.Log)
+	if err != nil {
+		code := supervisor.CodeInternal
+		var ue usageError
+		if errors.As(err, &ue) {
+			code = 2
+		}
+		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: code}
+	}
+	if gp != nil {
+		cfg.Env = supervisor.MergeEnv(cfg.Env, gp.Env)
+	}
 	mem, err := o.memory.setup(cfg.Log)
 	if err != nil {
 		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: 2}
@@ -201,7 +221,6 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptio
 	cfg.OnRestart = m.IncRestart
 	cfg.OnOOMKill = m.IncOOMKill
 	if p != nil {
-		cfg.Env = supervisor.MergeEnv(os.Environ(), p.env)
 		cfg.Reserve = p.agent.Reserve
 		cfg.BeforeRestart = p.beforeRestart
 		cfg.AfterExit = func(ctx context.Context, stopped bool) error { return p.agent.Flush(ctx) }
