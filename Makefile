@@ -30,3 +30,4 @@ fuzz:
 	go test -run '^$$' -fuzz FuzzDecodeManifest -fuzztime $(FUZZTIME) ./checkpoint/
 	go test -run '^$$' -fuzz FuzzParseURL -fuzztime $(FUZZTIME) ./storage/
 	go test -run '^$$' -fuzz FuzzParseRewrite -fuzztime $(FUZZTIME) ./signals/
+	go test -run '^$$' -fuzz FuzzParseDevices -fuzztime $(FUZZTIME) ./limits/gpu/
