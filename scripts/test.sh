@@ -38,6 +38,10 @@ go test -race -count=1 -timeout 30m "${args[@]}"
 if (($# == 0)); then
 	log "Python helper and example trainer"
 	scripts/python-test.sh
+	log "fuzzing each target briefly (make fuzz runs them long)"
+	for target in FuzzDecodeManifest:./checkpoint/ FuzzParseURL:./storage/ FuzzParseRewrite:./signals/ FuzzParseDevices:./limits/gpu/; do
+		go test -run '^$' -fuzz "^${target%%:*}\$" -fuzztime "${LIFEBOAT_FUZZTIME:-10s}" "${target#*:}"
+	done
 	log "the README's demo (scripts/demo.sh)"
 	scripts/demo.sh >/dev/null 2>&1 || { log "scripts/demo.sh failed; run it to see why"; exit 1; }
 fi
