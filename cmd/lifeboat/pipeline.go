@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/agent"
@@ -87,6 +88,9 @@ func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro ran
 		log.Info("resume.fresh_start", "store", s.String(), "reason", err.Error())
 		_ = os.Remove(filepath.Join(dir, resumeFile))
 		return nil, nil
+	}
+	if errors.Is(err, syscall.ENOSPC) {
+		return nil, fmt.Errorf("restore from %s into %s: %w; the checkpoint needs more space than the volume has: make --dir's volume larger (nothing there was changed)", s, dir, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("restore from %s into %s: %w", s, dir, err)
