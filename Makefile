@@ -1,5 +1,5 @@
 # Convenience targets; the scripts are the source of truth.
-.PHONY: demo test build bench bench-pid1 bench-storage bench-checkpoint fuzz image
+.PHONY: demo test build bench bench-pid1 bench-storage bench-checkpoint fuzz image crash
 
 build:
 	go build -o bin/lifeboat ./cmd/lifeboat
@@ -31,3 +31,7 @@ fuzz:
 	go test -run '^$$' -fuzz FuzzParseURL -fuzztime $(FUZZTIME) ./storage/
 	go test -run '^$$' -fuzz FuzzParseRewrite -fuzztime $(FUZZTIME) ./signals/
 	go test -run '^$$' -fuzz FuzzParseDevices -fuzztime $(FUZZTIME) ./limits/gpu/
+
+# The long crash-consistency run: 200 kill -9 trials per store kind.
+crash:
+	LIFEBOAT_CRASH_TRIALS=200 scripts/test.sh -run TestCrash ./cmd/lifeboat

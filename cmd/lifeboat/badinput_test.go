@@ -2,12 +2,15 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/lifeboat-project/lifeboat/internal/testenv"
 )
@@ -84,5 +87,64 @@ func TestWrongCredentials(t *testing.T) {
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Errorf("the trainer started with a store that refused the credentials")
+	}
+}
+
+// TestSecretsNeverLeak runs a whole cycle against MinIO (upload, metrics,
+// preemption, restore, ls, verify) and looks for the access key and the
+// secret key in every log line, error, metric and the termination message.
+func TestSecretsNeverLeak(t *testing.T) {
+	m := testenv.RequireMinIO(t)
+	env := []string{"AWS_ENDPOINT_URL=" + m.Endpoint, "AWS_ACCESS_KEY_ID=" + m.AccessKey,
+		"AWS_SECRET_ACCESS_KEY=" + m.SecretKey, "AWS_REGION=us-east-1", "LIFEBOAT_CREATE_BUCKET=true"}
+	store := "s3://lifeboat-secrets-test/job"
+	root := t.TempDir()
+	tlog := filepath.Join(root, "termination-log")
+	addr := freeAddr(t)
+	tr := startTrainer(t, env, "run", "--store", store, "--dir", filepath.Join(root, "pod"), "--settle", "100ms",
+		"--scan-interval", "50ms", "--metrics-addr", addr, "--termination-log", tlog, "--log-level", "debug",
+		"--", "python3", "-u", "testdata/trainer.py", "dirs")
+	for saved := 0; saved < 2; {
+		if tr.next(t).Event == "saved" {
+			saved++
+		}
+	}
+	var metrics string
+	for deadline := time.Now().Add(hangLimit); scrape(t, addr, "lifeboat_checkpoint_last_step") <= 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no commit seen in the metrics")
+		}
+	}
+	if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		metrics = string(b)
+	}
+	tr.signal(syscall.SIGTERM)
+	tr.wait()
+	outputs := map[string]string{"run's log": tr.stderr.String(), "metrics": metrics}
+	b, _ := os.ReadFile(tlog)
+	outputs["termination log"] = string(b)
+	for _, args := range [][]string{
+		{"restore", "--store", store, "--dir", filepath.Join(root, "restored")},
+		{"ls", "--json", "--store", store},
+		{"verify", "--store", store, "latest"},
+		{"doctor", "--json", "--store", store},
+		{"ls", "--store", "s3://lifeboat-secrets-missing-bucket/x"},
+	} {
+		cmd := exec.Command(lifeboatBin, args...)
+		cmd.Env = append(os.Environ(), env[:4]...)
+		out, _ := cmd.CombinedOutput()
+		outputs[strings.Join(args[:1], " ")+" "+args[len(args)-1]] = string(out)
+	}
+	for name, out := range outputs {
+		if out == "" {
+			t.Errorf("%s is empty: nothing was checked", name)
+		}
+		for _, secret := range []string{m.AccessKey, m.SecretKey} {
+			if strings.Contains(out, secret) {
+				t.Errorf("a credential appears in %s", name)
+			}
+		}
 	}
 }

@@ -38,7 +38,7 @@ func newFaultProxy(t *testing.T, target string) *faultProxy {
 	p.mode.Store("forward")
 	p.wg.Go(p.accept)
 	t.Cleanup(func() {
-		ln.Close()
+		p.ln.Close()
 		p.drop()
 		p.wg.Wait()
 	})
@@ -89,6 +89,23 @@ func (p *faultProxy) set(mode string) {
 	}
 }
 
+// stop closes the listening socket, so that connections are refused as by
+// a stopped server; start listens again on the same address.
+func (p *faultProxy) stop() {
+	p.ln.Close()
+	p.drop()
+}
+
+func (p *faultProxy) start(t *testing.T) {
+	t.Helper()
+	ln, err := net.Listen("tcp", p.ln.Addr().String())
+	if err != nil {
+		t.Fatalf("listen again on %s: %v", p.ln.Addr(), err)
+	}
+	p.ln = ln
+	p.wg.Go(p.accept)
+}
+
 func (p *faultProxy) drop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -99,8 +116,8 @@ func (p *faultProxy) drop() {
 }
 
 // TestStoreOutage: the store goes away for 60 s in the middle of training
-// (every connection reset, then every request answered 503), then comes
-// back. The trainer keeps training, lifeboat keeps running and logging,
+// (20 s refusing connections as a stopped server does, 20 s resetting
+// them, 20 s answering 503), then comes back. The trainer keeps training, lifeboat keeps running and logging,
 // uploads resume, a later checkpoint is committed, and the preemption at
 // the end commits the last one: nothing is lost.
 func TestStoreOutage(t *testing.T) {
@@ -127,13 +144,20 @@ func TestStoreOutage(t *testing.T) {
 	}
 	before := committed()
 
-	// The outage: resets for 30 s, then 503s for 30 s.
-	proxy.set("reset")
-	outageEnd := time.Now().Add(60 * time.Second)
-	halfway := time.Now().Add(30 * time.Second)
+	// The outage: refused for 20 s, reset for 20 s, 503 for 20 s.
+	proxy.stop()
+	start := time.Now()
+	outageEnd := start.Add(60 * time.Second)
+	phase := "refused"
 	var savedDuring, lastSaved int64
 	for time.Now().Before(outageEnd) {
-		if time.Now().After(halfway) && proxy.mode.Load() == "reset" {
+		switch el := time.Since(start); {
+		case phase == "refused" && el > 20*time.Second:
+			phase = "reset"
+			proxy.set("reset")
+			proxy.start(t)
+		case phase == "reset" && el > 40*time.Second:
+			phase = "503"
 			proxy.set("503")
 		}
 		if e := tr.next(t); e.Event == "saved" {
