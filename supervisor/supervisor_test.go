@@ -288,3 +288,14 @@ func TestNoticePullsInDeadline(t *testing.T) {
 		t.Errorf("sent %v, want USR1 first", rec.sent)
 	}
 }
+
+func TestDescendantsExported(t *testing.T) {
+	root := writeProc(t, map[int]string{1: "0 S", 10: "1 S", 11: "10 S", 30: "0 S"})
+	got, err := Descendants(root, 1)
+	if err != nil || len(got) != 2 {
+		t.Errorf("Descendants = %v, %v; want 10 and 11", got, err)
+	}
+	if _, err := Descendants(filepath.Join(root, "missing"), 1); err == nil {
+		t.Errorf("Descendants of a missing /proc succeeded")
+	}
+}

@@ -90,3 +90,15 @@ func descendants(procs []proc, root int) []int {
 	}
 	return out
 }
+
+// Descendants lists the live descendants of pid as seen under procRoot
+// ("/proc"): the trainer's tree when pid is lifeboat's. Watchers that act on
+// the trainer's processes (the GPU memory watchdog) use it so that they
+// never touch a process outside the tree.
+func Descendants(procRoot string, pid int) ([]int, error) {
+	procs, err := readProcs(procRoot)
+	if err != nil {
+		return nil, err
+	}
+	return descendants(procs, pid), nil
+}

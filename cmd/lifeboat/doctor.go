@@ -61,6 +61,7 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "lifeboat doctor: %v\n", err)
 		return 1
 	}
+	defer gp.close()
 	rep.GPU = gp
 	reserve, err := parseBytes(o.reserve)
 	if err != nil || reserve < 0 {

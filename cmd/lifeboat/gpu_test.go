@@ -2,11 +2,18 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lifeboat-project/lifeboat/limits/gpu"
 )
 
 // TestGPUEnvironment: without an NVIDIA driver (as on CI machines) lifeboat
@@ -79,5 +86,66 @@ func TestDoctor(t *testing.T) {
 	}
 	if strings.Contains(string(out), "doctor-secret-xyz") || strings.Contains(string(out), "AKIDDOCTOR") {
 		t.Errorf("credentials in the doctor report:\n%s", out)
+	}
+}
+
+// fakeGPU is a gpu.Driver with one device and fixed compute processes.
+type fakeGPU struct{ procs []gpu.Process }
+
+func (f *fakeGPU) DeviceCount() (int, error) { return 1, nil }
+func (f *fakeGPU) Device(int) (gpu.Device, error) {
+	return gpu.Device{UUID: "GPU-fake", MemoryTotal: 80 << 30}, nil
+}
+func (f *fakeGPU) ComputeProcesses(string) ([]gpu.Process, error) { return f.procs, nil }
+func (f *fakeGPU) Close() error                                   { return nil }
+
+// TestGPUWatchdog: past the limit plus the margin the watchdog acts by
+// policy on the trainer's processes only; a foreign process using the GPU
+// is never counted or signalled.
+func TestGPUWatchdog(t *testing.T) {
+	const trainer, foreign = 4242, 1
+	for _, tc := range []struct {
+		policy string
+		used   uint64
+		sent   []string
+		event  string
+	}{
+		{"term", 9 << 30, []string{"4242:TERM"}, "gpu.memory_over"},
+		{"kill", 9 << 30, []string{"4242:KILL"}, "gpu.memory_over"},
+		{"warn", 9 << 30, nil, "gpu.memory_warn"},
+		{"term", 1 << 30, nil, ""},
+	} {
+		t.Run(fmt.Sprintf("%s-%dGiB", tc.policy, tc.used>>30), func(t *testing.T) {
+			var logBuf strings.Builder
+			var sent []string
+			o := &gpuOptions{memoryPolicy: tc.policy, watchInterval: time.Second}
+			plan := &gpuPlan{driver: &fakeGPU{procs: []gpu.Process{{PID: trainer, UsedMemory: tc.used}, {PID: foreign, UsedMemory: 70 << 30}}},
+				devices: []string{"GPU-fake"}, limitMB: 8192}
+			w, err := o.newWatchdog(plan, slog.New(slog.NewJSONHandler(&logBuf, nil)))
+			if err != nil || w == nil {
+				t.Fatalf("newWatchdog: %v, %v", w, err)
+			}
+			w.tree = func() ([]int, error) { return []int{trainer}, nil }
+			w.kill = func(pid int, sig unix.Signal) error {
+				sent = append(sent, fmt.Sprintf("%d:%s", pid, strings.TrimPrefix(unix.SignalName(sig), "SIG")))
+				return nil
+			}
+			w.check()
+			if fmt.Sprint(sent) != fmt.Sprint(tc.sent) {
+				t.Errorf("signals sent %v, want %v", sent, tc.sent)
+			}
+			if tc.event != "" && !strings.Contains(logBuf.String(), tc.event) {
+				t.Errorf("no %s in the log:\n%s", tc.event, logBuf.String())
+			}
+			if tc.event == "" && logBuf.Len() != 0 {
+				t.Errorf("logged under the limit:\n%s", logBuf.String())
+			}
+		})
+	}
+	if _, err := (&gpuOptions{memoryPolicy: "maybe", watchInterval: time.Second}).newWatchdog(nil, slog.Default()); err == nil {
+		t.Errorf("a bad --gpu-memory-policy was accepted")
+	}
+	if w, err := (&gpuOptions{memoryPolicy: "warn", watchInterval: time.Second}).newWatchdog(&gpuPlan{}, slog.Default()); w != nil || err != nil {
+		t.Errorf("a watchdog without NVML: %v, %v", w, err)
 	}
 }

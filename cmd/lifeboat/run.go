@@ -63,6 +63,7 @@ func newRunFlags(o *runOptions, w io.Writer) (*flag.FlagSet, *runOptions) {
 	o.observe.register(fs, true)
 	o.memory.register(fs)
 	o.gpu.register(fs)
+	o.gpu.registerWatchdog(fs)
 	fs.Usage = flagUsage(fs, w, "lifeboat run [flags] -- CMD [ARG...]")
 	return fs, o
 }
@@ -193,8 +194,16 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptio
 		}
 		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: code}
 	}
+	defer gp.close()
 	if gp != nil {
 		cfg.Env = supervisor.MergeEnv(cfg.Env, gp.Env)
+	}
+	wd, err := o.gpu.newWatchdog(gp, cfg.Log)
+	if err != nil {
+		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: 2}
+	}
+	if wd != nil {
+		go wd.run(bg, o.gpu.watchInterval)
 	}
 	mem, err := o.memory.setup(cfg.Log)
 	if err != nil {
