@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 need_pkgs tini:tini dumb-init:dumb-init catatonit:catatonit hyperfine:hyperfine unshare:util-linux
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-go build -o "$work/lifeboat" ./cmd/lifeboat
+# The release form: static, as in the image (Dockerfile).
+CGO_ENABLED=0 go build -o "$work/lifeboat" ./cmd/lifeboat
 go build -o "$work/pid1bench" ./bench/pid1bench
 echo "machine: $(nproc) cores, $(uname -r); $(tini --version 2>&1 | head -1); dumb-init $(dumb-init --version 2>&1 | head -1); $(catatonit --version 2>&1 | head -1)" >&2
 "$work/pid1bench" -lifeboat "$work/lifeboat" "$@"
