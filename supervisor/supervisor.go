@@ -451,6 +451,13 @@ func (l *loop) restart(sigs <-chan os.Signal) bool {
 		env = MergeEnv(env, extra)
 	}
 	l.restarts++
+	// The previous trainer's leftovers are gone: its deadline must not fire
+	// on the new one.
+	if l.deadline != nil {
+		l.deadline.Stop()
+		l.deadline = nil
+	}
+	l.killedAt = time.Time{}
 	if l.cfg.OnRestart != nil {
 		reason := "exit_code"
 		if l.childStatus.Signaled() {
