@@ -77,9 +77,8 @@ func TestMemoryCgroupFlags(t *testing.T) {
 		{[]string{"run", "--memory-cgroup", "off", "--", "true"}, 0, ""},
 		{[]string{"run", "--", "true"}, 0, ""},
 	} {
-		out, _ := exec.Command(lifeboatBin, tc.args...).CombinedOutput()
 		c := exec.Command(lifeboatBin, tc.args...)
-		_ = c.Run()
+		out, _ := c.CombinedOutput()
 		if code := c.ProcessState.ExitCode(); code != tc.code || !strings.Contains(string(out), tc.msg) {
 			t.Errorf("%v: exit %d, %q; want %d and %q", tc.args, code, out, tc.code, tc.msg)
 		}

@@ -22,8 +22,7 @@ type runOptions struct {
 	childOnly       bool
 	preemptExitCode string
 	terminationLog  string
-	logLevel        string
-	logFormat       string
+	common          commonOptions
 	argv            []string
 
 	maxRuntime     time.Duration
@@ -39,9 +38,8 @@ type runOptions struct {
 	gpu        gpuOptions
 }
 
-func newRunFlags(o *runOptions, w io.Writer) (*flag.FlagSet, *runOptions) {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(w)
+func newRunFlags(o *runOptions, w io.Writer) *flag.FlagSet {
+	fs := newFlagSet("run", w)
 	fs.DurationVar(&o.grace, "grace", supervisor.DefaultGrace,
 		"budget from the first stop signal until everything left is SIGKILLed; match terminationGracePeriodSeconds")
 	fs.StringVar(&o.stopSignals, "stop-signals", "TERM,INT", "signals that start the grace deadline (comma-separated)")
@@ -51,8 +49,7 @@ func newRunFlags(o *runOptions, w io.Writer) (*flag.FlagSet, *runOptions) {
 		"exit code when stopped by a signal and the trainer exited 0; \"child\" keeps the trainer's")
 	fs.StringVar(&o.terminationLog, "termination-log", "/dev/termination-log",
 		"file that gets one line saying why lifeboat stopped (the default is written only if it exists)")
-	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&o.logFormat, "log-format", "auto", "auto (JSON unless stderr is a terminal), json or text")
+	o.common.register(fs)
 	fs.DurationVar(&o.maxRuntime, "max-runtime", 0, "stop the trainer as on preemption after this long, e.g. 72h (0: no limit)")
 	fs.StringVar(&o.restart, "restart", "never", "never, or on-failure: restart a crashed trainer in place from the newest committed checkpoint")
 	fs.IntVar(&o.maxRestarts, "max-restarts", 3, "restarts allowed with --restart on-failure")
@@ -65,7 +62,7 @@ func newRunFlags(o *runOptions, w io.Writer) (*flag.FlagSet, *runOptions) {
 	o.gpu.register(fs)
 	o.gpu.registerWatchdog(fs)
 	fs.Usage = flagUsage(fs, w, "lifeboat run [flags] -- CMD [ARG...]")
-	return fs, o
+	return fs
 }
 
 // config turns the options into the supervisor's configuration.
@@ -113,16 +110,9 @@ func (o *runOptions) config() (supervisor.Config, error) {
 // runCmd parses `lifeboat run` and supervises the command.
 func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	o := &runOptions{}
-	fs, _ := newRunFlags(o, stderr)
-	if err := parseFlags(fs, args, os.LookupEnv); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		if !isParseError(err) {
-			fmt.Fprintf(stderr, "lifeboat run: %v\n", err)
-		}
-		fs.Usage()
-		return 2
+	fs := newRunFlags(o, stderr)
+	if code := parseCmd(fs, args, stderr); code >= 0 {
+		return code
 	}
 	o.argv = fs.Args()
 	if len(o.argv) == 0 {
@@ -135,9 +125,8 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lifeboat run: %v\n", err)
 		return 2
 	}
-	log, err := newLogger(stderr, o.logLevel, o.logFormat)
-	if err != nil {
-		fmt.Fprintf(stderr, "lifeboat run: %v\n", err)
+	log, ok := o.common.logger("run", stderr)
+	if !ok {
 		return 2
 	}
 	cfg.Log = log
