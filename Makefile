@@ -1,5 +1,5 @@
 # Convenience targets; the scripts are the source of truth.
-.PHONY: demo test build bench bench-pid1 bench-storage bench-checkpoint fuzz image crash
+.PHONY: demo test build bench bench-pid1 bench-startup bench-storage bench-checkpoint fuzz image crash
 
 build:
 	go build -o bin/lifeboat ./cmd/lifeboat
@@ -13,10 +13,13 @@ test:
 image:
 	scripts/docker-build.sh
 
-bench: bench-pid1 bench-storage bench-checkpoint
+bench: bench-pid1 bench-startup bench-storage bench-checkpoint
 
 bench-pid1:
 	bench/pid1.sh
+
+bench-startup:
+	bench/startup.sh
 
 bench-storage:
 	bench/storage.sh

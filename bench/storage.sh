@@ -5,15 +5,18 @@
 #   bench/storage.sh            # from the repository root
 #
 # Workloads: one 1 GiB file, and 64 files of 16 MiB. Each tool uploads them
-# to its own prefix and downloads them back. Prints MB/s, the ratio to the
-# best peer and peak RSS (from /usr/bin/time -v). Environment:
-#   ROUNDS=N        run every measurement N times and keep the best (default 1)
+# to its own prefix and downloads them back; each round runs every tool in
+# turn, starting with a different one. Prints, as a Markdown table, the
+# median and best MB/s over the rounds, the ratio of medians to the best
+# peer, client CPU (user+system, from /usr/bin/time) and MinIO's CPU (from
+# /proc) per GiB moved, and peak RSS. Environment:
+#   ROUNDS=N        rounds (default 5)
 #   BENCH_DIR=DIR   scratch space (default: a new temp dir, removed after)
 #   LIFEBOAT_CACHE  where tool binaries are cached (see scripts/minio.sh)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-ROUNDS=${ROUNDS:-1}
+ROUNDS=${ROUNDS:-5}
 CACHE=${LIFEBOAT_CACHE:-$HOME/.cache/lifeboat}
 S5CMD_VERSION=v2.3.0
 
@@ -99,54 +102,88 @@ cmd() {
 }
 
 set -f # s5cmd expands its own wildcards
-declare -A MBS RSS
+MINIO_PID=$(cat "$work/minio/pid")
+# cpu_ms PID: user+system CPU time of PID so far, in milliseconds.
+cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%d\n", ($14 + $15) * 1000 / hz }' "/proc/$1/stat"; }
+
+# measure TOOL OP WORKLOAD: run one transfer and append its wall seconds,
+# client CPU seconds, peak RSS (KiB) and the server's CPU seconds to
+# $work/results.
+measure() {
+	local tool=$1 op=$2 wl=$3 bytes=$BIG_BYTES c s0 s1
+	[[ $wl == small ]] && bytes=$SMALL_BYTES
+	if [[ $op == down ]]; then
+		rm -rf "$work/out/$tool-$wl"
+		mkdir -p "$work/out/$tool-$wl"
+	fi
+	sync # no dirty pages of an earlier transfer throttle this one
+	c=$(cmd "$tool" "$op" "$wl")
+	s0=$(cpu_ms "$MINIO_PID")
+	# shellcheck disable=SC2086
+	/usr/bin/time -f '%e %U %S %M' -o "$work/time.txt" $c >"$work/cmd.log" 2>&1 ||
+		{ cat "$work/cmd.log" >&2; die "$tool $op $wl failed"; }
+	s1=$(cpu_ms "$MINIO_PID")
+	if [[ $op == down ]]; then
+		local got
+		got=$(du -sb "$work/out/$tool-$wl" | cut -f1)
+		[[ $got -ge $bytes ]] || die "$tool downloaded $got bytes of $bytes"
+		rm -rf "$work/out/$tool-$wl"
+	fi
+	read -r secs user sys rss <"$work/time.txt"
+	log "$tool $op $wl: $(awk -v b="$bytes" -v s="$secs" 'BEGIN { printf "%.1f MB/s", b / s / 1e6 }'), client CPU $(awk -v u="$user" -v s="$sys" 'BEGIN { print u + s }') s, server CPU $(((s1 - s0) / 1000)).$(printf '%03d' $(((s1 - s0) % 1000))) s"
+	echo "$tool $op $wl $bytes $secs $user $sys $rss $(((s1 - s0)))" >>"$work/results"
+}
+
+# Every round moves each workload through every tool in turn (uploads
+# first, then downloads), starting with a different tool each round, so
+# that a slow moment of the shared machine does not fall on one tool only.
+: >"$work/results"
 TOOLS=(lifeboat s5cmd mc rclone)
 for round in $(seq "$ROUNDS"); do
+	shift_by=$(((round - 1) % ${#TOOLS[@]}))
+	order=("${TOOLS[@]:shift_by}" "${TOOLS[@]:0:shift_by}")
 	for wl in big small; do
-		bytes=$BIG_BYTES
-		[[ $wl == small ]] && bytes=$SMALL_BYTES
-		for tool in "${TOOLS[@]}"; do
-			for op in up down; do
-				rm -rf "$work/out/$tool-$wl"
-				mkdir -p "$work/out/$tool-$wl"
-				sync
-				c=$(cmd "$tool" "$op" "$wl")
-				log "round $round: $tool $op $wl"
-				# shellcheck disable=SC2086
-				/usr/bin/time -v -o "$work/time.txt" $c >"$work/cmd.log" 2>&1 ||
-					{ cat "$work/cmd.log" >&2; die "$tool $op $wl failed"; }
-				secs=$(awk -F': ' '/Elapsed \(wall clock\)/ { n = split($2, t, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + t[i]; print s }' "$work/time.txt")
-				rss=$(awk -F': ' '/Maximum resident set size/ { print $2 }' "$work/time.txt")
-				mbs=$(awk -v b="$bytes" -v s="$secs" 'BEGIN { printf "%.1f", b / s / 1e6 }')
-				if [[ $op == down ]]; then
-					got=$(du -sb "$work/out/$tool-$wl" | cut -f1)
-					[[ $got -ge $bytes ]] || die "$tool downloaded $got bytes of $bytes"
-				fi
-				k=$tool/$op/$wl
-				log "$k: $mbs MB/s, peak RSS $((rss / 1024)) MiB"
-				if [[ -z ${MBS[$k]:-} ]] || awk -v a="$mbs" -v b="${MBS[$k]}" 'BEGIN { exit !(a > b) }'; then
-					MBS[$k]=$mbs
-					RSS[$k]=$rss
-				fi
+		log "round $round of $ROUNDS, $wl: ${order[*]}"
+		for op in up down; do
+			for tool in "${order[@]}"; do
+				measure "$tool" "$op" "$wl"
 			done
-			rm -rf "$work/out/$tool-$wl"
+		done
+		for tool in "${TOOLS[@]}"; do
 			"$mc" rm --recursive --force "bench/$BUCKET/$tool/$wl" >/dev/null
 		done
 	done
 done
 
-printf '\n%-10s %-6s %-8s %10s %14s %12s\n' tool op workload "MB/s" "vs best peer" "peak RSS MiB"
-for wl in big small; do
-	for op in up down; do
-		best=0
-		for tool in s5cmd mc rclone; do
-			best=$(awk -v a="${MBS[$tool/$op/$wl]}" -v b="$best" 'BEGIN { print (a > b) ? a : b }')
-		done
-		for tool in "${TOOLS[@]}"; do
-			k=$tool/$op/$wl
-			printf '%-10s %-6s %-8s %10s %13.2fx %12d\n' "$tool" "$op" "$wl" "${MBS[$k]}" \
-				"$(awk -v a="${MBS[$k]}" -v b="$best" 'BEGIN { print a / b }')" $((RSS[$k] / 1024))
-		done
-	done
-done
-printf '\nbig: one 1 GiB file; small: 64 files of 16 MiB. %s cores, MinIO on 127.0.0.1 with data in %s.\n' "$(nproc)" "$work"
+# The table: median and best MB/s of the rounds, the median's ratio to the
+# best peer's median, median client and server CPU seconds per GiB moved,
+# and the largest peak RSS.
+awk -v tools="${TOOLS[*]}" -v rounds="$ROUNDS" -v cores="$(nproc)" '
+function median(list,   a, n, i, j, t) {
+	n = split(list, a, " ")
+	for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+	return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
+}
+{
+	k = $1 "/" $2 "/" $3; gib = $4 / 2^30
+	mbs[k] = mbs[k] " " $4 / $5 / 1e6
+	ccpu[k] = ccpu[k] " " ($6 + $7) / gib
+	scpu[k] = scpu[k] " " $9 / 1000 / gib
+	if ($8 > rss[k]) rss[k] = $8
+	if (!(k in best) || $4 / $5 / 1e6 > best[k]) best[k] = $4 / $5 / 1e6
+}
+END {
+	nt = split(tools, tl, " ")
+	printf "\n| tool | op | workload | MB/s (median) | MB/s (best) | vs best peer (medians) | client CPU s/GiB | server CPU s/GiB | peak RSS MiB |\n"
+	printf "|---|---|---|---:|---:|---:|---:|---:|---:|\n"
+	split("big small", wls, " "); split("up down", ops, " ")
+	for (w = 1; w <= 2; w++) for (o = 1; o <= 2; o++) {
+		peer = 0
+		for (t = 2; t <= nt; t++) { m = median(mbs[tl[t] "/" ops[o] "/" wls[w]]); if (m > peer) peer = m }
+		for (t = 1; t <= nt; t++) {
+			k = tl[t] "/" ops[o] "/" wls[w]
+			printf "| %s | %s | %s | %.1f | %.1f | %.2fx | %.2f | %.2f | %d |\n", tl[t], ops[o], wls[w], median(mbs[k]), best[k], median(mbs[k]) / peer, median(ccpu[k]), median(scpu[k]), rss[k] / 1024
+		}
+	}
+	printf "\nbig: one 1 GiB file; small: 64 files of 16 MiB. %d rounds, %d cores, MinIO on 127.0.0.1 on the same cores.\n", rounds, cores
+}' "$work/results"
