@@ -55,5 +55,5 @@ unset AWS_CA_BUNDLE AWS_SESSION_TOKEN LIFEBOAT_STORE LIFEBOAT_DIR
 export MC_CONFIG_DIR=$work/mc MC_HOST_ckpt="http://$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY@${EP#http://}"
 
 log "machine: $(nproc) cores, $(uname -r), mc $("$mc" --version 2>/dev/null | head -1)"
-"$work/ckptbench" -lifeboat "$work/lifeboat" -mc "$mc" -mc-alias ckpt -work "$work/runs" \
+"$work/ckptbench" -lifeboat "$work/lifeboat" -mc "$mc" -mc-alias ckpt -work "$work/runs" -server-pid "$(cat "$work/minio/pid")" \
 	-runs "$RUNS" -size "$SIZE"

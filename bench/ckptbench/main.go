@@ -70,6 +70,8 @@ type round struct {
 	restoreRSS                     int64
 	mcDown, mcDownSync             float64 // 3: mc, and mc plus an fsync of the file
 	mcDownRSS                      int64
+	restoreCPU, restoreServer      float64 // 3: CPU seconds of lifeboat, and of the server meanwhile
+	mcDownCPU, mcDownServer        float64 // 3: the same for mc
 }
 
 func main() {
@@ -85,6 +87,7 @@ func main() {
 	flag.StringVar(&o.bucket, "bucket", "ckptbench", "bucket to use; created when missing")
 	flag.IntVar(&o.runs, "runs", 3, "runs of each measurement")
 	flag.Int64Var(&o.size, "size", 1<<30, "checkpoint bytes")
+	flag.IntVar(&serverPID, "server-pid", 0, "pid of the MinIO server, to report its CPU time during restores and downloads")
 	flag.Parse()
 	if o.work == "" {
 		fmt.Fprintln(os.Stderr, "ckptbench: -work is required")
@@ -173,6 +176,7 @@ func runRound(ctx context.Context, o options, self string, i int) (round, error)
 			return err
 		}
 		r.restore, r.restoreRSS = res.secs, res.rssKiB
+		r.restoreCPU, r.restoreServer = res.cpu, res.server
 		return sameFile(src, filepath.Join(restoreDir, filepath.FromSlash(ckptFile)))
 	}
 	mc := func() error {
@@ -184,6 +188,7 @@ func runRound(ctx context.Context, o options, self string, i int) (round, error)
 			return err
 		}
 		r.mcDown, r.mcDownRSS = res.secs, res.rssKiB
+		r.mcDownCPU, r.mcDownServer = res.cpu, res.server
 		sync, err := fsyncFile(dst)
 		if err != nil {
 			return err
@@ -243,11 +248,15 @@ func sigtermToDurable(o options, self string, i int, dir, ckpt, store string, r 
 	if !errors.As(werr, &ee) || ee.ExitCode() != 143 {
 		return fmt.Errorf("lifeboat run exited with %v, want 143; its log:\n%s", werr, tail(logPath))
 	}
-	rss, err := peakRSS(timeOut)
+	tb, err := os.ReadFile(timeOut)
 	if err != nil {
 		return err
 	}
-	r.termRSS = rss
+	rss, err := timeField(tb, "Maximum resident set size (kbytes)")
+	if err != nil {
+		return err
+	}
+	r.termRSS = int64(rss)
 	var tr trainerReport
 	b, err := os.ReadFile(report)
 	if err != nil {
@@ -324,6 +333,8 @@ func flushSeconds(logPath string) float64 {
 type timing struct {
 	secs   float64
 	rssKiB int64
+	cpu    float64 // user + system seconds of the command (time -v)
+	server float64 // CPU seconds the server spent meanwhile; 0 without -server-pid
 }
 
 // timed runs argv under /usr/bin/time -v, timing the wall clock here.
@@ -332,28 +343,59 @@ func timed(dir string, argv ...string) (timing, error) {
 	var out bytes.Buffer
 	cmd := exec.Command("/usr/bin/time", append([]string{"-v", "-o", timeOut}, argv...)...)
 	cmd.Stdout, cmd.Stderr = &out, &out
+	s0 := serverCPU()
 	t0 := time.Now()
 	err := cmd.Run()
 	secs := time.Since(t0).Seconds()
 	if err != nil {
 		return timing{}, fmt.Errorf("%s: %w\n%s", strings.Join(argv, " "), err, out.String())
 	}
-	rss, err := peakRSS(timeOut)
-	return timing{secs: secs, rssKiB: rss}, err
+	t := timing{secs: secs, server: serverCPU() - s0}
+	b, err := os.ReadFile(timeOut)
+	if err != nil {
+		return t, err
+	}
+	rss, err := timeField(b, "Maximum resident set size (kbytes)")
+	t.rssKiB = int64(rss)
+	user, err2 := timeField(b, "User time (seconds)")
+	sys, err3 := timeField(b, "System time (seconds)")
+	t.cpu = user + sys
+	return t, errors.Join(err, err2, err3)
 }
 
-// peakRSS reads "Maximum resident set size (kbytes)" from time -v output.
-func peakRSS(path string) (int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "Maximum resident set size (kbytes): "); ok {
-			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+// timeField reads the value of one line of time -v output.
+func timeField(out []byte, name string) (float64, error) {
+	for line := range strings.Lines(string(out)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+": "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}
 	}
-	return 0, fmt.Errorf("%s: no maximum resident set size", path)
+	return 0, fmt.Errorf("time -v output has no %q", name)
+}
+
+// serverPID is the MinIO server's pid (-server-pid), 0 when not given.
+var serverPID int
+
+// serverCPU returns the user + system CPU seconds the server has used so
+// far, from /proc/PID/stat (in USER_HZ, 100 per second on Linux); 0 when
+// serverPID is not set or cannot be read.
+func serverCPU() float64 {
+	if serverPID == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", serverPID))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses: utime and
+	// stime are the 14th and 15th fields, the 12th and 13th after ")".
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / 100
 }
 
 // openStore opens bucket/prefix on the server in the environment, creating
@@ -477,6 +519,9 @@ func printTables(w io.Writer, o options, rounds []round, dropped bool) {
 		restore, mbs(restore), mcDown, mbs(mcDown), downRatio, yes(downRatio >= 1.0))
 	fmt.Fprintf(w, "| 3. the same vs `mc cp` down + fsync of the file | %.2f s (%.0f MB/s) | %.2f s (%.0f MB/s) | %.2fx the speed | (fairer: restore fsyncs) | |\n",
 		restore, mbs(restore), mcDownSync, mbs(mcDownSync), mcDownSync/restore)
+	fmt.Fprintf(w, "| 3. CPU seconds: client / server meanwhile | %.2f / %.2f | %.2f / %.2f | | | |\n",
+		med(func(r round) float64 { return r.restoreCPU }), med(func(r round) float64 { return r.restoreServer }),
+		med(func(r round) float64 { return r.mcDownCPU }), med(func(r round) float64 { return r.mcDownServer }))
 	fmt.Fprintf(w, "| peak RSS, 1 (lifeboat run) / 3 (restore), max of runs | %.0f / %.0f MiB | %.0f / %.0f MiB (up / down) | | | |\n",
 		maxRSS(func(r round) int64 { return r.termRSS }), maxRSS(func(r round) int64 { return r.restoreRSS }),
 		maxRSS(func(r round) int64 { return r.mcUpRSS }), maxRSS(func(r round) int64 { return r.mcDownRSS }))
