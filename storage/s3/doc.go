@@ -14,6 +14,13 @@
 // aborts its multipart upload. Create-only Puts send If-None-Match: * on the
 // PUT or on CompleteMultipartUpload.
 //
+// Memory: a Put reads its object into part buffers of Config.PartSize, at
+// most Config.Parallelism+1 of them, so memory does not grow with the
+// object. One exception copies nothing: a single-PUT object whose caller
+// gave its SHA-256 and passed an in-memory reader that can be read at an
+// offset (a bytes.Reader, as the checkpoint uploader does) is sent straight
+// from the caller's memory.
+//
 // Stat reports the SHA-256 where it was known when the upload began (every
 // single-PUT object, and multipart objects whose caller passed it); List
 // does not report it.

@@ -44,6 +44,14 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, op
 		}
 	}
 
+	if body, ok := seekableBody(r, size, partSize, opts, s.limiter == nil); ok {
+		info, err := s.putOne(ctx, key, body, opts.SHA256, opts)
+		if err == nil {
+			_, err = r.(io.Seeker).Seek(size, io.SeekCurrent) // as if read
+		}
+		return info, err
+	}
+
 	bp := s.bufs.Get().(*[]byte)
 	first := *bp
 	if int64(len(first)) != partSize {
@@ -107,27 +115,61 @@ func putOptions(opts storage.PutOptions, meta map[string]string) minio.PutObject
 	return po
 }
 
-// putSingle uploads b in one PUT. Its SHA-256 (given or computed here, once)
-// goes as x-amz-checksum-sha256, which the server checks and stores. The
-// payload is UNSIGNED-PAYLOAD: also sending the digest as the signed payload
-// hash made the server hash twice, about 10% slower (docs/BENCHMARKS.md).
+// putSingle uploads b in one PUT, hashing it first unless the caller gave
+// its SHA-256.
 func (s *Store) putSingle(ctx context.Context, key string, b []byte, opts storage.PutOptions) (storage.ObjectInfo, error) {
 	sum := opts.SHA256
 	if sum == "" {
 		h := sha256.Sum256(b)
 		sum = hex.EncodeToString(h[:])
 	}
+	return s.putOne(ctx, key, io.NewSectionReader(bytes.NewReader(b), 0, int64(len(b))), sum, opts)
+}
+
+// putOne uploads body in one PUT. Its SHA-256 sum goes as
+// x-amz-checksum-sha256, which the server checks and stores. The payload is
+// UNSIGNED-PAYLOAD: also sending the digest as the signed payload hash made
+// the server hash twice, about 10% slower (docs/BENCHMARKS.md). body can be
+// rewound, so minio-go can retry the request.
+func (s *Store) putOne(ctx context.Context, key string, body *io.SectionReader, sum string, opts storage.PutOptions) (storage.ObjectInfo, error) {
 	raw, _ := hex.DecodeString(sum)
 	po := putOptions(opts, map[string]string{
 		"x-amz-checksum-sha256": base64.StdEncoding.EncodeToString(raw),
 		metaSHA256:              sum,
 	})
-	// The body is a bytes.Reader, so minio-go can retry the request.
-	ui, err := s.core.PutObject(ctx, s.cfg.Bucket, s.prefix+key, bytes.NewReader(b), int64(len(b)), "", "", po)
+	ui, err := s.core.PutObject(ctx, s.cfg.Bucket, s.prefix+key, body, body.Size(), "", "", po)
 	if err != nil {
 		return storage.ObjectInfo{}, s.translate("put", key, err)
 	}
-	return storage.ObjectInfo{Key: key, Size: int64(len(b)), ModTime: modTime(ui.LastModified), SHA256: sum}, nil
+	return storage.ObjectInfo{Key: key, Size: body.Size(), ModTime: modTime(ui.LastModified), SHA256: sum}, nil
+}
+
+// seekableBody returns a view of exactly the next size bytes of r when
+// they can go out in one PUT without being copied into a part buffer: r is
+// held in memory and readable at an offset (a bytes.Reader, a
+// strings.Reader, an io.SectionReader) with at least size bytes left, the
+// caller gave the SHA-256 (so nothing needs to read the bytes before they
+// are sent), the object fits in one part, and no upload limit applies (the
+// limit paces the reads of the buffered path). The view can be rewound for
+// minio-go's retries. Otherwise Put takes the buffered path, which also
+// reports a reader shorter than size.
+func seekableBody(r io.Reader, size, partSize int64, opts storage.PutOptions, unlimited bool) (*io.SectionReader, bool) {
+	if opts.SHA256 == "" || !unlimited || size < 0 || size > partSize {
+		return nil, false
+	}
+	rs, ok := r.(interface {
+		io.ReaderAt
+		io.Seeker
+		Size() int64
+	})
+	if !ok {
+		return nil, false
+	}
+	off, err := rs.Seek(0, io.SeekCurrent)
+	if err != nil || rs.Size()-off < size {
+		return nil, false
+	}
+	return io.NewSectionReader(rs, off, size), true
 }
 
 // modTime is t, or now when the server did not say.

@@ -161,6 +161,47 @@ func TestServerKeepsSHA256(t *testing.T) {
 	}
 }
 
+// TestPutFromMemory covers the single PUT that sends a caller's in-memory
+// reader without copying it: from the reader's current offset, exactly size
+// bytes, the offset advanced afterwards; a reader with fewer bytes left
+// than size fails like any short read and stores nothing.
+func TestPutFromMemory(t *testing.T) {
+	s := newTestStore(t, testConfig(t))
+	ctx := context.Background()
+	b := storagetest.Data(4, 3000)
+	want := b[1000:2500]
+	h := sha256.Sum256(want)
+	r := bytes.NewReader(b)
+	if _, err := r.Seek(1000, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Put(ctx, "mem", r, int64(len(want)), storage.PutOptions{SHA256: hex.EncodeToString(h[:])})
+	if err != nil || info.Size != int64(len(want)) || info.SHA256 != hex.EncodeToString(h[:]) {
+		t.Fatalf("Put = %+v, %v", info, err)
+	}
+	if r.Len() != 500 {
+		t.Errorf("reader has %d bytes left after Put, want 500", r.Len())
+	}
+	rc, err := s.Get(ctx, "mem", 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("Get = %d bytes, %v; want the 1500 bytes from offset 1000", len(got), err)
+	}
+
+	short := bytes.NewReader(b[:100])
+	hs := sha256.Sum256(b[:100])
+	if _, err := s.Put(ctx, "short", short, 200, storage.PutOptions{SHA256: hex.EncodeToString(hs[:])}); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("Put of 100 bytes claimed as 200: %v, want io.ErrUnexpectedEOF", err)
+	}
+	if _, err := s.Stat(ctx, "short"); !errors.Is(err, storage.ErrNotExist) {
+		t.Fatalf("Stat(short) after a failed Put: %v, want ErrNotExist", err)
+	}
+}
+
 func TestWrongCredentials(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
