@@ -1,5 +1,5 @@
 # Convenience targets; the scripts are the source of truth.
-.PHONY: demo test build bench bench-pid1 bench-startup bench-storage bench-checkpoint fuzz image crash
+.PHONY: demo test build bench bench-pid1 bench-startup bench-latency bench-storage bench-checkpoint fuzz image crash
 
 build:
 	go build -o bin/lifeboat ./cmd/lifeboat
@@ -13,7 +13,7 @@ test:
 image:
 	scripts/docker-build.sh
 
-bench: bench-pid1 bench-startup bench-storage bench-checkpoint
+bench: bench-pid1 bench-startup bench-storage bench-checkpoint bench-latency
 
 bench-pid1:
 	bench/pid1.sh
@@ -26,6 +26,9 @@ bench-storage:
 
 bench-checkpoint:
 	bench/checkpoint.sh
+
+bench-latency:
+	bench/latency.sh
 
 # Long fuzzing runs (CI runs each target briefly as part of go test).
 FUZZTIME ?= 5m

@@ -133,6 +133,20 @@ func TestUploadCancelled(t *testing.T) {
 	}
 }
 
+// cutShort passes on the first 10 bytes of rc, then ends with err, as a
+// connection closed in the middle of a response does.
+func cutShort(rc io.ReadCloser, err error) io.ReadCloser {
+	left := 10
+	return readerFunc(func(p []byte) (int, error) {
+		if left == 0 {
+			return 0, err
+		}
+		n, rerr := rc.Read(p[:min(len(p), left)])
+		left -= n
+		return n, rerr
+	})
+}
+
 func TestRestoreFaults(t *testing.T) {
 	flakyReader := func(rc io.ReadCloser) io.ReadCloser {
 		first := true
@@ -159,6 +173,20 @@ func TestRestoreFaults(t *testing.T) {
 			rc, err := inner.Get(ctx, key, 0, -1)
 			if err == nil && attempt == 1 {
 				return flakyReader(rc), nil
+			}
+			return rc, err
+		}, 2},
+		{"a transfer cut short is retried, not taken for a short chunk", func(inner storage.Store, ctx context.Context, key string, attempt int) (io.ReadCloser, error) {
+			rc, err := inner.Get(ctx, key, 0, -1)
+			if err == nil && attempt == 1 && strings.HasPrefix(key, chunksPrefix) {
+				return cutShort(rc, io.ErrUnexpectedEOF), nil
+			}
+			return rc, err
+		}, 2},
+		{"a transfer that ends early without an error is retried", func(inner storage.Store, ctx context.Context, key string, attempt int) (io.ReadCloser, error) {
+			rc, err := inner.Get(ctx, key, 0, -1)
+			if err == nil && attempt == 1 && strings.HasPrefix(key, chunksPrefix) {
+				return cutShort(rc, io.EOF), nil
 			}
 			return rc, err
 		}, 2},

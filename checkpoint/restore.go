@@ -25,7 +25,7 @@ type RestoreOptions struct {
 	// WorldSize selects the manifest rank-<r>-of-<WorldSize>; 0 accepts the
 	// only one present at the step (and, for RestoreLatest, any world size).
 	WorldSize int
-	Workers   int     // parallel chunk downloads, default DefaultWorkers
+	Workers   int     // parallel chunk downloads, default DefaultDownloadWorkers
 	Backoff   Backoff // retries of transient store errors, default DefaultBackoff
 	Log       *slog.Logger
 	// Progress, when set, is called after each chunk is written with the
@@ -206,30 +206,25 @@ func restoreManifest(ctx context.Context, s storage.Store, m *Manifest, dir stri
 	defer cancel(nil)
 	jobs := make(chan restoreJob)
 	var wg sync.WaitGroup
-	for range cmpOrInt(opts.Workers, DefaultWorkers) {
+	for range cmpOrInt(opts.Workers, DefaultDownloadWorkers) {
 		wg.Go(func() {
-			var buf []byte
+			scratch := make([]byte, fetchBuffer)
 			for job := range jobs {
 				if ctx.Err() != nil {
 					continue
 				}
-				if int64(cap(buf)) < job.chunk.Size {
-					buf = make([]byte, job.chunk.Size)
-				}
-				b := buf[:job.chunk.Size]
-				if err := fetchChunk(ctx, s, job.chunk, b, backoff); err != nil {
+				// The chunk goes into the temporary file before its hash
+				// is known; a bad chunk fails the whole restore, and the
+				// temporary directory is removed.
+				if err := fetchChunk(ctx, s, job.chunk, job.file, job.offset, scratch, backoff); err != nil {
 					cancel(fmt.Errorf("file %s at offset %d: %w", job.path, job.offset, err))
-					continue
-				}
-				if _, err := job.file.WriteAt(b, job.offset); err != nil {
-					cancel(err)
 					continue
 				}
 				// Start writing back now, so the fsync before the rename
 				// has little left to do. Advisory: errors are ignored.
-				_ = unix.SyncFileRange(int(job.file.Fd()), job.offset, int64(len(b)), unix.SYNC_FILE_RANGE_WRITE)
+				_ = unix.SyncFileRange(int(job.file.Fd()), job.offset, job.chunk.Size, unix.SYNC_FILE_RANGE_WRITE)
 				if opts.Progress != nil {
-					opts.Progress(written.Add(int64(len(b))), total)
+					opts.Progress(written.Add(job.chunk.Size), total)
 				}
 			}
 		})
@@ -312,12 +307,20 @@ func checkTargets(dir string, files []File) error {
 	return nil
 }
 
-// fetchChunk reads chunk c into buf (len(buf) == c.Size) and checks its
-// length and hash. A missing object, a wrong length or hash wrap ErrCorrupt;
-// errors while reading are transient and retried.
-func fetchChunk(ctx context.Context, s storage.Store, c Chunk, buf []byte, backoff Backoff) error {
+// fetchBuffer is the piece of a chunk a download reads, hashes and writes
+// at a time: memory per download worker, whatever the chunk size.
+const fetchBuffer = 1 << 20
+
+// fetchChunk downloads chunk c through scratch, checks its length and
+// SHA-256, and writes it at off in w (nil: only check it). Bytes beyond
+// c.Size are counted, never written: w's next range belongs to another
+// chunk. A missing object, or one of the wrong length or hash, wraps
+// ErrCorrupt. A transfer that fails or ends early is retried from the
+// chunk's start; whether it ended early or the object is short is told
+// by the object's stored size. Errors writing to w are not retried.
+func fetchChunk(ctx context.Context, s storage.Store, c Chunk, w io.WriterAt, off int64, scratch []byte, backoff Backoff) error {
 	key := chunkKey(c.SHA256)
-	var n int
+	var n int64
 	h := sha256.New()
 	err := retry(ctx, backoff, func() error {
 		rc, err := s.Get(ctx, key, 0, -1)
@@ -325,19 +328,42 @@ func fetchChunk(ctx context.Context, s storage.Store, c Chunk, buf []byte, backo
 			return err
 		}
 		defer rc.Close()
-		// Hash while reading, each piece while it is still in the cache.
 		h.Reset()
-		n, err = io.ReadFull(io.TeeReader(rc, h), buf)
-		if err == io.ErrUnexpectedEOF || err == io.EOF {
-			return nil // the object is short: corrupt, not transient
+		n = 0
+		r := io.LimitReader(rc, c.Size+1) // one byte more tells a long object
+		for {
+			// Fill scratch, so that writes are large.
+			m := 0
+			var rerr error
+			for m < len(scratch) && rerr == nil {
+				var k int
+				k, rerr = r.Read(scratch[m:])
+				m += k
+			}
+			h.Write(scratch[:m])
+			if w != nil && n < c.Size && m > 0 {
+				if _, werr := w.WriteAt(scratch[:min(int64(m), c.Size-n)], off+n); werr != nil {
+					return storage.Permanent(werr)
+				}
+			}
+			n += int64(m)
+			if rerr == io.EOF {
+				break
+			}
+			if rerr != nil {
+				return rerr // a transfer error (even io.ErrUnexpectedEOF): retried
+			}
 		}
-		if err != nil {
-			return err
-		}
-		// The object must end here.
-		var one [1]byte
-		if k, _ := io.ReadFull(rc, one[:]); k > 0 {
-			n++
+		if n < c.Size {
+			// A transfer cut short and an object that is too short end
+			// alike; the stored size tells them apart.
+			oi, err := s.Stat(ctx, key)
+			if err != nil {
+				return err
+			}
+			if oi.Size == c.Size {
+				return fmt.Errorf("download %s: the transfer ended after %d of %d bytes", key, n, c.Size)
+			}
 		}
 		return nil
 	})
@@ -347,7 +373,7 @@ func fetchChunk(ctx context.Context, s storage.Store, c Chunk, buf []byte, backo
 	if err != nil {
 		return fmt.Errorf("download %s: %w", key, err)
 	}
-	if int64(n) != c.Size {
+	if n != c.Size {
 		return fmt.Errorf("chunk %s has the wrong length (want %d bytes, got %d): %w", key, c.Size, n, ErrCorrupt)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != c.SHA256 {

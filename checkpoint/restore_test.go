@@ -35,6 +35,10 @@ var corruptions = []corruption{
 		b := getBytes(t, s, key)
 		putBytes(t, s, key, b[:len(b)-1])
 	}},
+	{"chunk longer than its manifest says", TruncatedChunk, true, func(t *testing.T, s storage.Store, _ *Manifest, key string) {
+		b := getBytes(t, s, key)
+		putBytes(t, s, key, append(b, 0))
+	}},
 	{"missing chunk", MissingChunk, true, func(t *testing.T, s storage.Store, _ *Manifest, key string) {
 		if err := s.Delete(context.Background(), key); err != nil {
 			t.Fatal(err)

@@ -27,7 +27,13 @@ import (
 // Defaults for Uploader, Restore and Prune.
 const (
 	DefaultChunkSize = 8 << 20
-	DefaultWorkers   = 4
+	// DefaultUploadWorkers and DefaultDownloadWorkers are the chunks in
+	// flight at once. A local MinIO is as fast with 4 as with 32; a store
+	// 10 to 50 ms away needs more requests in flight to keep the link busy
+	// (bench/latency.sh, docs/BENCHMARKS.md). Uploads hold one chunk
+	// buffer per worker and two more, downloads one per worker.
+	DefaultUploadWorkers   = 8
+	DefaultDownloadWorkers = 16
 	// DefaultSafetyWindow is how old an unreferenced chunk must be before
 	// Prune deletes it. An upload may take at most a quarter of it, and
 	// reuses stored chunks only while they are younger than three quarters
@@ -44,9 +50,9 @@ const tempPrefix = ".lifeboat-restore-"
 type Uploader struct {
 	Store     storage.Store
 	ChunkSize int // bytes per chunk, default DefaultChunkSize
-	Workers   int // parallel hash-and-Put workers, default DefaultWorkers
+	Workers   int // parallel hash-and-Put workers, default DefaultUploadWorkers
 	// Buffers bounds the chunks in memory at once (read, hashed or being
-	// Put), default 2*Workers; memory use is about Buffers*ChunkSize.
+	// Put), default Workers+2; memory use is about Buffers*ChunkSize.
 	Buffers int
 	// SafetyWindow must not exceed the window Prune runs with. Default
 	// DefaultSafetyWindow.
@@ -196,8 +202,8 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, step 
 		return nil, fmt.Errorf("checkpoint: upload step %d rank %d of %d: invalid step, rank or world size", step, rank, worldSize)
 	}
 	chunkSize := cmp.Or(u.ChunkSize, DefaultChunkSize)
-	workers := cmp.Or(u.Workers, DefaultWorkers)
-	buffers := max(cmp.Or(u.Buffers, 2*workers), 1)
+	workers := cmp.Or(u.Workers, DefaultUploadWorkers)
+	buffers := max(cmp.Or(u.Buffers, workers+2), 1)
 	window := u.SafetyWindow
 	if window == 0 {
 		window = DefaultSafetyWindow

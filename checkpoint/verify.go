@@ -79,7 +79,7 @@ func (p Problem) String() string { return fmt.Sprintf("%s %s: %s", p.Kind, p.Key
 type VerifyOptions struct {
 	WorldSize int     // 0: the world size of the manifests found at the step
 	ReadData  Subset  // chunks to download and hash; the rest are only Stat-ed
-	Workers   int     // parallel chunk checks, default DefaultWorkers
+	Workers   int     // parallel chunk checks, default DefaultDownloadWorkers
 	Backoff   Backoff // default DefaultBackoff
 }
 
@@ -162,10 +162,11 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 	defer cancel(nil)
 	jobs := make(chan string)
 	var wg sync.WaitGroup
-	for range cmpOrInt(opts.Workers, DefaultWorkers) {
+	for range cmpOrInt(opts.Workers, DefaultDownloadWorkers) {
 		wg.Go(func() {
+			scratch := make([]byte, fetchBuffer)
 			for sum := range jobs {
-				p, read, err := checkChunk(ctx, s, sum, chunks[sum], opts.ReadData.Contains(sum), backoff)
+				p, read, err := checkChunk(ctx, s, sum, chunks[sum], opts.ReadData.Contains(sum), scratch, backoff)
 				if err != nil {
 					cancel(err)
 					continue
@@ -200,7 +201,7 @@ feed:
 }
 
 // checkChunk Stats a chunk and, when read is set, downloads and hashes it.
-func checkChunk(ctx context.Context, s storage.Store, sum string, size int64, read bool, backoff Backoff) (*Problem, bool, error) {
+func checkChunk(ctx context.Context, s storage.Store, sum string, size int64, read bool, scratch []byte, backoff Backoff) (*Problem, bool, error) {
 	key := chunkKey(sum)
 	var oi storage.ObjectInfo
 	err := retry(ctx, backoff, func() (err error) {
@@ -219,8 +220,7 @@ func checkChunk(ctx context.Context, s storage.Store, sum string, size int64, re
 	case !read:
 		return nil, false, nil
 	}
-	buf := make([]byte, size)
-	err = fetchChunk(ctx, s, Chunk{SHA256: sum, Size: size}, buf, backoff)
+	err = fetchChunk(ctx, s, Chunk{SHA256: sum, Size: size}, nil, 0, scratch, backoff)
 	switch {
 	case errors.Is(err, ErrCorrupt):
 		return &Problem{CorruptChunk, key, err.Error()}, true, nil

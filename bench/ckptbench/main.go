@@ -512,7 +512,7 @@ func printTables(w io.Writer, o options, rounds []round, dropped bool) {
 	fmt.Fprintf(w, "| 1. SIGTERM to durable minus the write, vs `mc cp` up | %.2f s (%.0f MB/s) | %.2f s (%.0f MB/s) | %.2fx the time | <= 1.10x | %s |\n",
 		upload, mbs(upload), mcUp, mbs(mcUp), upRatio, yes(upRatio <= 1.10))
 	fmt.Fprintf(w, "| 1. of which the final flush (lifeboat's `checkpoint.flushed`) | %.2f s (%.0f MB/s) | | | | |\n", flush, mbs(flush))
-	fmt.Fprintf(w, "| 2. first upload (Go API, 4 workers, 8 MiB chunks) | %.2f s (%.0f MB/s) | | | | |\n", first, mbs(first))
+	fmt.Fprintf(w, "| 2. first upload (Go API, %d workers, 8 MiB chunks) | %.2f s (%.0f MB/s) | | | | |\n", checkpoint.DefaultUploadWorkers, first, mbs(first))
 	fmt.Fprintf(w, "| 2. unchanged re-upload: bytes moved | %.0f of %d (%.2f%%) | | | <= 1%% | %s |\n", moved, o.size, bytesPct, yes(bytesPct <= 1))
 	fmt.Fprintf(w, "| 2. unchanged re-upload: time | %.2f s (%.1f%% of the first) | | | <= 10%% | %s |\n", second, timePct, yes(timePct <= 10))
 	fmt.Fprintf(w, "| 3. verified restore vs `mc cp` down | %.2f s (%.0f MB/s) | %.2f s (%.0f MB/s) | %.2fx the speed | >= 1.0x | %s |\n",

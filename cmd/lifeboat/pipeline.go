@@ -45,7 +45,7 @@ func (o *checkpointOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.marker, "marker", watch.DefaultMarker, "file whose presence marks a directory as a complete checkpoint; its content is the step")
 	fs.StringVar(&o.stepPattern, "step-pattern", watch.DefaultStepPattern.String(), "regular expression whose first group is the step in a checkpoint's name")
 	fs.StringVar(&o.restore, "restore", "auto", "auto: restore the newest complete checkpoint into --dir before starting; never: start fresh")
-	fs.IntVar(&o.workers, "workers", checkpoint.DefaultWorkers, "parallel chunk uploads and downloads")
+	fs.IntVar(&o.workers, "workers", 0, fmt.Sprintf("parallel chunk uploads and downloads; 0: %d uploads, %d downloads", checkpoint.DefaultUploadWorkers, checkpoint.DefaultDownloadWorkers))
 }
 
 // resumeFile is written into --dir by a restore, for a trainer started

@@ -31,7 +31,7 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	o.ranks.register(fs)
 	fs.StringVar(&o.dir, "dir", "", "directory to restore into (the trainer's checkpoint directory)")
 	fs.Int64Var(&o.step, "step", -1, "restore this step instead of the newest complete one")
-	fs.IntVar(&o.workers, "workers", checkpoint.DefaultWorkers, "parallel chunk downloads")
+	fs.IntVar(&o.workers, "workers", checkpoint.DefaultDownloadWorkers, "parallel chunk downloads")
 	fs.DurationVar(&o.interval, "progress-interval", 5*time.Second, "how often progress is logged when stderr is not a terminal (a terminal gets a bar)")
 	fs.Usage = flagUsage(fs, stderr, "lifeboat restore --store URL --dir DIR [flags]")
 	if code := parseCmd(fs, args, stderr); code >= 0 {
