@@ -54,14 +54,15 @@ export MC_CONFIG_DIR=$work/mc
 
 # timed NAME CMD...: append "NAME seconds" to $work/results.
 timed() {
-	local name=$1 t0 t1
+	local name=$1 t0 t1 secs
 	shift
 	sync
 	t0=$(date +%s.%N)
 	"$@" >"$work/cmd.log" 2>&1 || { cat "$work/cmd.log" >&2; die "$name failed"; }
 	t1=$(date +%s.%N)
-	echo "$name $(echo "$t1 - $t0" | bc)" >>"$work/results"
-	log "$name: $(echo "$t1 - $t0" | bc) s"
+	secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+	echo "$name $secs" >>"$work/results"
+	log "$name: $secs s"
 }
 
 : >"$work/results"
