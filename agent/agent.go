@@ -303,12 +303,17 @@ func (a *Agent) start(ctx context.Context, r watch.Ready) *job {
 }
 
 // upload stores r and records what it moved; with prune, it then prunes
-// the store (never during the final flush, where the budget is the grace
-// period's).
+// the store. Without prune it is the final flush, where the budget is the
+// grace period's: it neither prunes nor lists the store's chunks again
+// (checkpoint.Uploader.FinalUploadFiles).
 func (a *Agent) upload(ctx context.Context, r watch.Ready, prune bool) error {
 	a.cfg.Log.Info("checkpoint.upload_started", "id", r.ID, "step", r.Step, "files", len(r.Files), "bytes", r.Bytes())
 	t0 := a.cfg.Clock()
-	res, err := a.cfg.Uploader.UploadFiles(ctx, a.cfg.Dir, relPaths(r), r.Step, a.cfg.Rank, a.cfg.WorldSize)
+	up := a.cfg.Uploader.UploadFiles
+	if !prune {
+		up = a.cfg.Uploader.FinalUploadFiles
+	}
+	res, err := up(ctx, a.cfg.Dir, relPaths(r), r.Step, a.cfg.Rank, a.cfg.WorldSize)
 	if err != nil {
 		return err
 	}

@@ -126,6 +126,43 @@ func TestFlushCommitsLastCheckpoint(t *testing.T) {
 	}
 }
 
+// TestFlushDoesNotListChunks: the final upload after a stop uses what the
+// background uploads learnt of the store's chunks instead of listing them
+// again, and still stores the new checkpoint whole.
+func TestFlushDoesNotListChunks(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	dir, inner := t.TempDir(), mem.New()
+	var lists atomic.Int64
+	s := &mem.FaultStore{Inner: inner, OnList: func(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
+		if strings.HasPrefix(prefix, "chunks/") {
+			lists.Add(1)
+		}
+		return inner.List(ctx, prefix, fn)
+	}}
+	writeFile(t, filepath.Join(dir, "step-1", "model.pdparams"), 200<<10, 1)
+	a := setup(t, dir, s, time.Millisecond, 10*time.Millisecond)
+	stop := run(t, a)
+	defer stop()
+	waitFor(t, "step 1", func() bool { return a.Stats().LastStep == 1 })
+	before := lists.Load()
+	writeFile(t, filepath.Join(dir, "step-2", "model.pdparams"), 200<<10, 2)
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := lists.Load() - before; n != 0 {
+		t.Errorf("the final flush listed the store's chunks %d times, want 0", n)
+	}
+	out := t.TempDir()
+	res, err := checkpoint.RestoreLatest(context.Background(), inner, 0, out, checkpoint.RestoreOptions{Backoff: noWait})
+	if err != nil || res.Step != 2 {
+		t.Fatalf("RestoreLatest = %+v, %v; want step 2", res, err)
+	}
+	want, _ := os.ReadFile(filepath.Join(dir, "step-2", "model.pdparams"))
+	if got, err := os.ReadFile(filepath.Join(out, "step-2", "model.pdparams")); err != nil || string(got) != string(want) {
+		t.Errorf("restored step-2/model.pdparams differs (%v)", err)
+	}
+}
+
 // TestFlushFailureKeepsPrevious: when the store fails during the final
 // upload, Flush says so and the previous commit stays the latest.
 func TestFlushFailureKeepsPrevious(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -64,6 +65,11 @@ type Uploader struct {
 
 	mu    sync.Mutex
 	known map[fileID][]Chunk // files committed by this Uploader, by identity
+	// index is what this Uploader knows of the store's chunks: the hashes
+	// its last listing found, with their modification times, plus the
+	// chunks it has stored since, each with the time its Put began (no
+	// later than the server's). nil before the first listing.
+	index map[string]time.Time
 }
 
 // knownChunks returns the chunks of f when this Uploader committed f with
@@ -180,7 +186,7 @@ type uploadJob struct {
 // manifest is written. Files must not change while they are read: a file
 // whose size or modification time changes fails the upload.
 func (u *Uploader) Upload(ctx context.Context, dir string, step int64, rank, worldSize int) (*UploadResult, error) {
-	return u.upload(ctx, dir, nil, step, rank, worldSize)
+	return u.upload(ctx, dir, nil, step, rank, worldSize, true)
 }
 
 // UploadFiles is Upload of only the given files under dir: slash-separated
@@ -191,10 +197,58 @@ func (u *Uploader) UploadFiles(ctx context.Context, dir string, paths []string, 
 	if len(paths) == 0 {
 		return nil, fmt.Errorf("checkpoint: upload step %d from %s: no files", step, dir)
 	}
-	return u.upload(ctx, dir, paths, step, rank, worldSize)
+	return u.upload(ctx, dir, paths, step, rank, worldSize, true)
 }
 
-func (u *Uploader) upload(ctx context.Context, dir string, paths []string, step int64, rank, worldSize int) (*UploadResult, error) {
+// FinalUploadFiles is UploadFiles for the last upload after a stop signal,
+// when every second of the grace period counts: instead of listing every
+// chunk in the store (seconds for a large store), it decides which chunks
+// the store holds from what this Uploader learnt, the chunks its last
+// listing found and those it has stored since, with their ages. A chunk
+// it does not know of is Put even if another writer stored it meanwhile,
+// and the age rule that keeps reused chunks safe from Prune applies as in
+// any upload (docs/FORMAT.md). Before this Uploader has listed once, it
+// lists.
+func (u *Uploader) FinalUploadFiles(ctx context.Context, dir string, paths []string, step int64, rank, worldSize int) (*UploadResult, error) {
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("checkpoint: upload step %d from %s: no files", step, dir)
+	}
+	return u.upload(ctx, dir, paths, step, rank, worldSize, false)
+}
+
+// storeIndex returns a copy of what is known of the store's chunks: a new
+// listing when list is set or nothing is known yet, which then replaces
+// what was known.
+func (u *Uploader) storeIndex(ctx context.Context, list bool, backoff Backoff) (map[string]time.Time, error) {
+	if !list {
+		u.mu.Lock()
+		index := maps.Clone(u.index)
+		u.mu.Unlock()
+		if index != nil {
+			return index, nil
+		}
+	}
+	index, err := loadIndex(ctx, u.Store, backoff)
+	if err != nil {
+		return nil, err
+	}
+	u.mu.Lock()
+	u.index = maps.Clone(index)
+	u.mu.Unlock()
+	return index, nil
+}
+
+// stored records that this Uploader Put the chunk sum, its Put having
+// begun at t.
+func (u *Uploader) stored(sum string, t time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.index != nil {
+		u.index[sum] = t
+	}
+}
+
+func (u *Uploader) upload(ctx context.Context, dir string, paths []string, step int64, rank, worldSize int, list bool) (*UploadResult, error) {
 	if err := u.Validate(); err != nil {
 		return nil, err
 	}
@@ -233,7 +287,7 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, step 
 	// Chunks stored before start whose age exceeds reuseAge may be pruned
 	// before this upload commits: they are Put again (docs/FORMAT.md).
 	reuseAge := window - window/4
-	index, err := loadIndex(ctx, u.Store, backoff)
+	index, err := u.storeIndex(ctx, list, backoff)
 	if err != nil {
 		return nil, err
 	}
@@ -381,6 +435,7 @@ func (u *Uploader) storeChunk(ctx context.Context, job uploadJob, backoff Backof
 		return nil
 	}
 	key := chunkKey(sum)
+	begun := orDefaultClock(u.Clock)()
 	err := retry(ctx, backoff, func() error {
 		_, err := u.Store.Put(ctx, key, bytes.NewReader(job.buf), int64(len(job.buf)), storage.PutOptions{SHA256: sum})
 		return err
@@ -388,6 +443,7 @@ func (u *Uploader) storeChunk(ctx context.Context, job uploadJob, backoff Backof
 	if err != nil {
 		return fmt.Errorf("checkpoint: upload %s: %w", key, err)
 	}
+	u.stored(sum, begun)
 	done(true)
 	return nil
 }
