@@ -147,6 +147,18 @@ func cutShort(rc io.ReadCloser, err error) io.ReadCloser {
 	})
 }
 
+// firstChunkGetCut is a Get whose first reading of each chunk is cut
+// short with end (cutShort); later attempts read the whole chunk.
+func firstChunkGetCut(end error) func(inner storage.Store, ctx context.Context, key string, attempt int) (io.ReadCloser, error) {
+	return func(inner storage.Store, ctx context.Context, key string, attempt int) (io.ReadCloser, error) {
+		rc, err := inner.Get(ctx, key, 0, -1)
+		if err == nil && attempt == 1 && strings.HasPrefix(key, chunksPrefix) {
+			return cutShort(rc, end), nil
+		}
+		return rc, err
+	}
+}
+
 func TestRestoreFaults(t *testing.T) {
 	flakyReader := func(rc io.ReadCloser) io.ReadCloser {
 		first := true
@@ -176,20 +188,8 @@ func TestRestoreFaults(t *testing.T) {
 			}
 			return rc, err
 		}, 2},
-		{"a transfer cut short is retried, not taken for a short chunk", func(inner storage.Store, ctx context.Context, key string, attempt int) (io.ReadCloser, error) {
-			rc, err := inner.Get(ctx, key, 0, -1)
-			if err == nil && attempt == 1 && strings.HasPrefix(key, chunksPrefix) {
-				return cutShort(rc, io.ErrUnexpectedEOF), nil
-			}
-			return rc, err
-		}, 2},
-		{"a transfer that ends early without an error is retried", func(inner storage.Store, ctx context.Context, key string, attempt int) (io.ReadCloser, error) {
-			rc, err := inner.Get(ctx, key, 0, -1)
-			if err == nil && attempt == 1 && strings.HasPrefix(key, chunksPrefix) {
-				return cutShort(rc, io.EOF), nil
-			}
-			return rc, err
-		}, 2},
+		{"a transfer cut short is retried, not taken for a short chunk", firstChunkGetCut(io.ErrUnexpectedEOF), 2},
+		{"a transfer that ends early without an error is retried", firstChunkGetCut(io.EOF), 2},
 		{"an unreachable store does not fall back", func(inner storage.Store, ctx context.Context, key string, attempt int) (io.ReadCloser, error) {
 			if strings.HasPrefix(key, chunksPrefix) {
 				return nil, errFlaky
