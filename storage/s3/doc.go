@@ -2,17 +2,23 @@
 // S3, MinIO and other S3-compatible servers.
 //
 // Integrity: every object's SHA-256 is computed once, while its bytes are
-// read, and returned in ObjectInfo.SHA256. Objects up to Config.PartSize go
-// up in one PUT carrying that digest as x-amz-checksum-sha256, a signed
-// header the server verifies the body against and stores; the payload itself
-// is sent as UNSIGNED-PAYLOAD, so neither minio-go (v4 payload signing) nor
-// the server hashes it a second time. Larger objects go up as parallel multipart parts,
-// each signed as UNSIGNED-PAYLOAD and guarded by a CRC32C checksum the server
-// verifies; the object's SHA-256 is still computed on the stream, and checked
-// against PutOptions.SHA256 before the upload is completed, because S3 has
-// no full-object SHA-256 for multipart uploads. A failed or cancelled Put
-// aborts its multipart upload. Create-only Puts send If-None-Match: * on the
-// PUT or on CompleteMultipartUpload.
+// read, and returned in ObjectInfo.SHA256; and every request body carries a
+// checksum the server verifies it against before it stores anything.
+// Objects up to Config.PartSize go up in one PUT. If the caller gave the
+// SHA-256 (PutOptions.SHA256, as content-addressed chunks do), it travels as
+// x-amz-checksum-sha256, so the server checks that the stored bytes have
+// exactly that digest. Otherwise the client computes the SHA-256 and a
+// CRC32C in one pass over the bytes, and the CRC32C travels: it guards the
+// transfer of the same bytes the SHA-256 was computed on, and costs the
+// server far less than a SHA-256. Larger objects go up as parallel
+// multipart parts, each guarded by a CRC32C the server verifies; the
+// object's SHA-256 is computed on the stream and checked against
+// PutOptions.SHA256 before the upload is completed, because S3 has no
+// full-object SHA-256 for multipart uploads. Payloads are sent as
+// UNSIGNED-PAYLOAD, so neither minio-go (v4 payload signing) nor the server
+// hashes them a second time. The SHA-256 is stored as user metadata. A failed
+// or cancelled Put aborts its multipart upload. Create-only Puts send
+// If-None-Match: * on the PUT or on CompleteMultipartUpload.
 //
 // Memory: a Put reads its object into part buffers of Config.PartSize, at
 // most Config.Parallelism+1 of them, so memory does not grow with the

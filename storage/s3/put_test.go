@@ -2,12 +2,21 @@ package s3
 
 import (
 	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
 	"io"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/lifeboat-project/lifeboat/storage"
+	"github.com/lifeboat-project/lifeboat/storage/storagetest"
 )
 
 // TestSeekableBody covers when Put sends the caller's reader as it is and
@@ -67,3 +76,70 @@ func TestSeekableBody(t *testing.T) {
 		body.Seek(0, io.SeekStart)
 	}
 }
+
+// TestCorruptedInTransit flips one byte of every request body on its way
+// to the server. The checksum each PUT carries (CRC32C or the caller's
+// SHA-256 on a single PUT, CRC32C on each part) makes the server refuse it:
+// Put fails with a permanent ErrChecksum and leaves neither an object nor
+// an unfinished multipart upload.
+func TestCorruptedInTransit(t *testing.T) {
+	cfg := testConfig(t)
+	target, err := url.Parse(cfg.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(target)
+		r.Out.Host = r.In.Host // the client signed the proxy's host
+		if r.Out.ContentLength > 0 {
+			r.Out.Body = &flipByte{r: r.Out.Body, at: r.Out.ContentLength / 2}
+		}
+	}})
+	defer proxy.Close()
+	cfg.Endpoint = proxy.URL
+	s := newTestStore(t, cfg)
+	small := storagetest.Data(5, 1000)
+	big := storagetest.Data(6, 2*MinPartSize+1)
+	smallSum, bigSum := sha256.Sum256(small), sha256.Sum256(big)
+	for i, tc := range []struct {
+		name string
+		b    []byte
+		opts storage.PutOptions
+	}{
+		{"single PUT, CRC32C", small, storage.PutOptions{}},
+		{"single PUT, caller's SHA-256", small, storage.PutOptions{SHA256: hex.EncodeToString(smallSum[:])}},
+		{"multipart", big, storage.PutOptions{SHA256: hex.EncodeToString(bigSum[:])}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := fmt.Sprintf("corrupt-%d", i)
+			_, err := s.Put(context.Background(), key, bytes.NewReader(tc.b), int64(len(tc.b)), tc.opts)
+			if !errors.Is(err, storage.ErrChecksum) || !storage.IsPermanent(err) {
+				t.Fatalf("Put of a body corrupted in transit: %v, want a permanent ErrChecksum", err)
+			}
+			if _, err := s.Stat(context.Background(), key); !errors.Is(err, storage.ErrNotExist) {
+				t.Fatalf("Stat after the refused Put: %v, want ErrNotExist", err)
+			}
+		})
+	}
+	if ids := incomplete(t, s); len(ids) != 0 {
+		t.Fatalf("refused Puts left unfinished multipart uploads: %q", ids)
+	}
+}
+
+// flipByte passes r through with the byte at offset at inverted.
+type flipByte struct {
+	r    io.ReadCloser
+	at   int64
+	read int64
+}
+
+func (f *flipByte) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if i := f.at - f.read; i >= 0 && i < int64(n) {
+		p[i] ^= 0xff
+	}
+	f.read += int64(n)
+	return n, err
+}
+
+func (f *flipByte) Close() error { return f.r.Close() }

@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"net"
@@ -129,28 +130,44 @@ func (c *cancelAfter) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// TestServerKeepsSHA256 checks that a single-PUT object carries the SHA-256
-// as the server-verified x-amz-checksum-sha256, and Stat reports it.
-func TestServerKeepsSHA256(t *testing.T) {
+// TestServerChecksums checks which checksum the server verifies and keeps
+// for a single-PUT object: the caller's SHA-256 when the caller gave one,
+// else the CRC32C computed with the SHA-256 in the same pass; and that Stat
+// reports the SHA-256 either way, also for a multipart object whose caller
+// gave it.
+func TestServerChecksums(t *testing.T) {
 	s := newTestStore(t, testConfig(t))
 	ctx := context.Background()
 	b := storagetest.Data(2, 1000)
 	sum := sha256.Sum256(b)
-	if _, err := s.Put(ctx, "small", bytes.NewReader(b), -1, storage.PutOptions{}); err != nil {
-		t.Fatal(err)
+	hexSum := hex.EncodeToString(sum[:])
+	for _, tc := range []struct {
+		name     string
+		opts     storage.PutOptions
+		wantAlgo string
+		want     string
+	}{
+		{"no caller sum", storage.PutOptions{}, "CRC32C", crc32cCheck(crc32.Checksum(b, crc32c)).value},
+		{"caller sum", storage.PutOptions{SHA256: hexSum}, "SHA256", sha256Check(hexSum).value},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "small-" + strings.ReplaceAll(tc.name, " ", "-")
+			if _, err := s.Put(ctx, key, bytes.NewReader(b), -1, tc.opts); err != nil {
+				t.Fatal(err)
+			}
+			oi, err := s.client.StatObject(ctx, s.cfg.Bucket, s.prefix+key, minio.StatObjectOptions{Checksum: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{"CRC32C": oi.ChecksumCRC32C, "SHA256": oi.ChecksumSHA256}
+			if oi.ChecksumAlgorithm != tc.wantAlgo || got[tc.wantAlgo] != tc.want {
+				t.Fatalf("server keeps %s %v, want %s %s", oi.ChecksumAlgorithm, got, tc.wantAlgo, tc.want)
+			}
+			if info, err := s.Stat(ctx, key); err != nil || info.SHA256 != hexSum {
+				t.Fatalf("Stat = %+v, %v; want SHA256 %s", info, err, hexSum)
+			}
+		})
 	}
-	oi, err := s.client.StatObject(ctx, s.cfg.Bucket, s.prefix+"small", minio.StatObjectOptions{Checksum: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if oi.ChecksumSHA256 == "" {
-		t.Fatalf("server has no SHA-256 checksum for the object: %+v", oi)
-	}
-	info, err := s.Stat(ctx, "small")
-	if err != nil || info.SHA256 != hex.EncodeToString(sum[:]) {
-		t.Fatalf("Stat = %+v, %v; want SHA256 %x", info, err, sum)
-	}
-	// A multipart object whose caller gave the SHA-256 keeps it too.
 	big := storagetest.Data(3, 2*MinPartSize+1)
 	bigSum := sha256.Sum256(big)
 	if _, err := s.Put(ctx, "big", bytes.NewReader(big), -1, storage.PutOptions{SHA256: hex.EncodeToString(bigSum[:])}); err != nil {
@@ -158,6 +175,19 @@ func TestServerKeepsSHA256(t *testing.T) {
 	}
 	if info, err := s.Stat(ctx, "big"); err != nil || info.SHA256 != hex.EncodeToString(bigSum[:]) {
 		t.Fatalf("Stat(big) = %+v, %v; want SHA256 %x", info, err, bigSum)
+	}
+}
+
+// TestSums checks the one-pass SHA-256 and CRC32C against the standard
+// library's separate sums, across block boundaries.
+func TestSums(t *testing.T) {
+	for _, n := range []int{0, 1, 64<<10 - 1, 64 << 10, 64<<10 + 1, 3<<20 + 7} {
+		b := storagetest.Data(uint64(n), n)
+		sum, crc := sums(b)
+		want := sha256.Sum256(b)
+		if sum != hex.EncodeToString(want[:]) || crc != crc32.Checksum(b, crc32c) {
+			t.Errorf("sums(%d bytes) = %s %08x, want %x %08x", n, sum, crc, want, crc32.Checksum(b, crc32c))
+		}
 	}
 }
 
