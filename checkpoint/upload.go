@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -428,8 +427,7 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, step 
 // storeChunk hashes job's bytes and Puts them unless skip(sum) says the
 // store holds them already; done reports which happened.
 func (u *Uploader) storeChunk(ctx context.Context, job uploadJob, backoff Backoff, skip func(sum string) bool, done func(uploaded bool)) error {
-	h := sha256.Sum256(job.buf)
-	sum := hex.EncodeToString(h[:])
+	sum, crc := storage.Checksums(job.buf)
 	if skip(sum) {
 		done(false)
 		return nil
@@ -437,7 +435,7 @@ func (u *Uploader) storeChunk(ctx context.Context, job uploadJob, backoff Backof
 	key := chunkKey(sum)
 	begun := orDefaultClock(u.Clock)()
 	err := retry(ctx, backoff, func() error {
-		_, err := u.Store.Put(ctx, key, bytes.NewReader(job.buf), int64(len(job.buf)), storage.PutOptions{SHA256: sum})
+		_, err := u.Store.Put(ctx, key, bytes.NewReader(job.buf), int64(len(job.buf)), storage.PutOptions{SHA256: sum, CRC32C: crc})
 		return err
 	})
 	if err != nil {

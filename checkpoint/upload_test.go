@@ -3,9 +3,15 @@ package checkpoint
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -305,5 +311,35 @@ func TestUnchangedFilesAreNotReadAgain(t *testing.T) {
 	fresh, err := newUploader(s, nil).Upload(ctx, dir, 4, 0, 1)
 	if err != nil || fresh.ReusedFiles != 0 || fresh.UploadedBytes != 0 {
 		t.Errorf("fresh uploader: %+v, %v; want every file read and deduped", fresh, err)
+	}
+}
+
+// TestChunksCarryTheirCRC32C checks that every chunk Put carries, with its
+// SHA-256, the CRC32C of the same bytes, for the store to check the
+// transfer against.
+func TestChunksCarryTheirCRC32C(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var mu sync.Mutex
+	chunks := 0
+	s := &mem.FaultStore{Inner: mem.New()}
+	s.OnPut = func(ctx context.Context, key string, r io.Reader, size int64, opts storage.PutOptions) (storage.ObjectInfo, error) {
+		if !strings.HasPrefix(key, "chunks/") {
+			return s.Inner.Put(ctx, key, r, size, opts)
+		}
+		b, err := io.ReadAll(r)
+		if err != nil {
+			return storage.ObjectInfo{}, err
+		}
+		if sum := sha256.Sum256(b); opts.SHA256 != hex.EncodeToString(sum[:]) || opts.CRC32C != crc32.Checksum(b, storage.CRC32CTable) {
+			t.Errorf("Put %s with SHA256 %s CRC32C %08x; the bytes have %x %08x", key, opts.SHA256, opts.CRC32C, sum, crc32.Checksum(b, storage.CRC32CTable))
+		}
+		mu.Lock()
+		chunks++
+		mu.Unlock()
+		return s.Inner.Put(ctx, key, bytes.NewReader(b), size, opts)
+	}
+	upload(t, newUploader(s, nil), 1, 0, 1, sampleTree(3))
+	if chunks == 0 {
+		t.Fatal("no chunk was Put")
 	}
 }

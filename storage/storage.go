@@ -50,6 +50,15 @@ type PutOptions struct {
 	// not hash again; it sends it to be verified by the server where the
 	// protocol allows, and fails with ErrChecksum on a mismatch.
 	SHA256 string
+	// CRC32C, with SHA256, is the CRC32C of the same bytes, computed in the
+	// same pass (Checksums). A backend may check the bytes against it
+	// instead of against SHA256: the S3 backend has the server do so, which
+	// costs a server far less than a SHA-256 and catches the same faults
+	// (bytes changed after they were hashed, or on the way). Put fails with
+	// ErrChecksum when the bytes do not match the sum the backend checks.
+	// Zero means not given (a true CRC32C of zero only costs the SHA-256
+	// check). Ignored without SHA256.
+	CRC32C uint32
 }
 
 // Store is a flat key/value object store. Keys are slash-separated relative

@@ -20,8 +20,6 @@ import (
 	"github.com/lifeboat-project/lifeboat/storage"
 )
 
-var crc32c = crc32.MakeTable(crc32.Castagnoli)
-
 // Put uploads r under key: in one PUT when it fits in a part, else as a
 // parallel multipart upload. See the package doc for how integrity is kept.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, opts storage.PutOptions) (storage.ObjectInfo, error) {
@@ -45,7 +43,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, op
 	}
 
 	if body, ok := seekableBody(r, size, partSize, opts, s.limiter == nil); ok {
-		info, err := s.putOne(ctx, key, body, opts.SHA256, sha256Check(opts.SHA256), opts)
+		info, err := s.putOne(ctx, key, body, opts)
 		if err == nil {
 			_, err = r.(io.Seeker).Seek(size, io.SeekCurrent) // as if read
 		}
@@ -115,35 +113,18 @@ func putOptions(opts storage.PutOptions, meta map[string]string) minio.PutObject
 	return po
 }
 
-// putSingle uploads b in one PUT. When the caller gave b's SHA-256, the
-// server checks b against it. Otherwise putSingle computes the SHA-256
-// itself, together with a CRC32C in the same pass over b, and the server
-// checks the CRC32C: both sums then come from the same bytes, so the cheap
-// one guards the transfer as well as the expensive one would, and the
-// server does not spend a SHA-256 on every byte (about a sixth of its CPU
-// on a single PUT; docs/BENCHMARKS.md).
+// putSingle uploads b in one PUT. A caller's checksums go as they are (see
+// check). Otherwise putSingle computes the SHA-256 and, in the same pass
+// over b, a CRC32C for the server to check: both sums then come from the
+// same bytes, so the cheap one guards the transfer as well as the expensive
+// one would, and the server does not spend a SHA-256 on every byte (about a
+// sixth of its CPU on a single PUT; docs/BENCHMARKS.md).
 func (s *Store) putSingle(ctx context.Context, key string, b []byte, opts storage.PutOptions) (storage.ObjectInfo, error) {
 	body := io.NewSectionReader(bytes.NewReader(b), 0, int64(len(b)))
-	if opts.SHA256 != "" {
-		return s.putOne(ctx, key, body, opts.SHA256, sha256Check(opts.SHA256), opts)
+	if opts.SHA256 == "" {
+		opts.SHA256, opts.CRC32C = storage.Checksums(b)
 	}
-	sum, crc := sums(b)
-	return s.putOne(ctx, key, body, sum, crc32cCheck(crc), opts)
-}
-
-// sums returns b's hex SHA-256 and its CRC32C, computed block by block so
-// that each block is read from memory once for both.
-func sums(b []byte) (string, uint32) {
-	const block = 64 << 10
-	h := sha256.New()
-	var crc uint32
-	for len(b) > 0 {
-		n := min(len(b), block)
-		h.Write(b[:n])
-		crc = crc32.Update(crc, crc32c, b[:n])
-		b = b[n:]
-	}
-	return hex.EncodeToString(h.Sum(nil)), crc
+	return s.putOne(ctx, key, body, opts)
 }
 
 // check is the checksum header a single PUT carries for the server to
@@ -152,6 +133,16 @@ func sums(b []byte) (string, uint32) {
 type check struct {
 	header string
 	value  string
+}
+
+// checkFor is the check for a body with opts' sums: the CRC32C when
+// given, which the caller computed in one pass with the SHA-256, else the
+// SHA-256.
+func checkFor(opts storage.PutOptions) check {
+	if opts.CRC32C != 0 {
+		return crc32cCheck(opts.CRC32C)
+	}
+	return sha256Check(opts.SHA256)
 }
 
 func sha256Check(hexSum string) check {
@@ -165,14 +156,16 @@ func crc32cCheck(crc uint32) check {
 	return check{"x-amz-checksum-crc32c", base64.StdEncoding.EncodeToString(c[:])}
 }
 
-// putOne uploads body, whose hex SHA-256 is sum, in one PUT. The SHA-256 is
-// stored as user metadata (Stat reports it); chk goes as a header that the
-// server verifies the body against and stores. The payload is
-// UNSIGNED-PAYLOAD: also sending a digest as the signed payload hash would
-// make the server hash twice, about 10% slower (docs/BENCHMARKS.md). body
-// can be rewound, so minio-go can retry the request.
-func (s *Store) putOne(ctx context.Context, key string, body *io.SectionReader, sum string, chk check, opts storage.PutOptions) (storage.ObjectInfo, error) {
-	po := putOptions(opts, map[string]string{chk.header: chk.value, metaSHA256: sum})
+// putOne uploads body, whose hex SHA-256 is opts.SHA256, in one PUT. The
+// SHA-256 is stored as user metadata (Stat reports it); checkFor(opts) goes
+// as a header that the server verifies the body against and stores. The
+// payload is UNSIGNED-PAYLOAD: also sending a digest as the signed payload
+// hash would make the server hash twice, about 10% slower
+// (docs/BENCHMARKS.md). body can be rewound, so minio-go can retry the
+// request.
+func (s *Store) putOne(ctx context.Context, key string, body *io.SectionReader, opts storage.PutOptions) (storage.ObjectInfo, error) {
+	chk := checkFor(opts)
+	po := putOptions(opts, map[string]string{chk.header: chk.value, metaSHA256: opts.SHA256})
 	ui, err := s.core.PutObject(ctx, s.cfg.Bucket, s.prefix+key, body, body.Size(), "", "", po)
 	if err != nil {
 		return storage.ObjectInfo{}, s.translate("put", key, err)
@@ -180,7 +173,7 @@ func (s *Store) putOne(ctx context.Context, key string, body *io.SectionReader, 
 	if got := echoed(ui, chk.header); got != "" && got != chk.value {
 		return storage.ObjectInfo{}, storage.Permanent(fmt.Errorf("s3: put %s: server stored %s %s, sent %s: %w", key, chk.header, got, chk.value, storage.ErrChecksum))
 	}
-	return storage.ObjectInfo{Key: key, Size: body.Size(), ModTime: modTime(ui.LastModified), SHA256: sum}, nil
+	return storage.ObjectInfo{Key: key, Size: body.Size(), ModTime: modTime(ui.LastModified), SHA256: opts.SHA256}, nil
 }
 
 // echoed is the checksum the server returned for header, or "" when it
@@ -367,7 +360,7 @@ func (s *Store) feed(ctx context.Context, r io.Reader, size, partSize int64, fir
 
 // uploadPart uploads one part with its CRC32C for the server to check.
 func (s *Store) uploadPart(ctx context.Context, obj, uploadID string, p part) (minio.CompletePart, error) {
-	crc := crc32cCheck(crc32.Checksum(p.buf, crc32c)).value
+	crc := crc32cCheck(crc32.Checksum(p.buf, storage.CRC32CTable)).value
 	hdr := make(map[string][]string, 1)
 	hdr["X-Amz-Checksum-Crc32c"] = []string{crc}
 	op, err := s.core.PutObjectPart(ctx, s.cfg.Bucket, obj, uploadID, p.num, bytes.NewReader(p.buf), int64(len(p.buf)),

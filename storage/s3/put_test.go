@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -108,6 +109,7 @@ func TestCorruptedInTransit(t *testing.T) {
 	}{
 		{"single PUT, CRC32C", small, storage.PutOptions{}},
 		{"single PUT, caller's SHA-256", small, storage.PutOptions{SHA256: hex.EncodeToString(smallSum[:])}},
+		{"single PUT, caller's SHA-256 and CRC32C", small, storage.PutOptions{SHA256: hex.EncodeToString(smallSum[:]), CRC32C: crc32.Checksum(small, storage.CRC32CTable)}},
 		{"multipart", big, storage.PutOptions{SHA256: hex.EncodeToString(bigSum[:])}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -143,3 +145,22 @@ func (f *flipByte) Read(p []byte) (int, error) {
 }
 
 func (f *flipByte) Close() error { return f.r.Close() }
+
+// TestWrongCRC32C checks that a caller's CRC32C that does not match the
+// bytes makes the server refuse the PUT with a permanent ErrChecksum, from
+// memory without a copy and through the buffered path alike.
+func TestWrongCRC32C(t *testing.T) {
+	s := newTestStore(t, testConfig(t))
+	b := storagetest.Data(7, 1000)
+	sum, crc := storage.Checksums(b)
+	for i, r := range []io.Reader{bytes.NewReader(b), io.MultiReader(bytes.NewReader(b))} {
+		key := fmt.Sprintf("wrong-crc-%d", i)
+		_, err := s.Put(context.Background(), key, r, int64(len(b)), storage.PutOptions{SHA256: sum, CRC32C: crc + 1})
+		if !errors.Is(err, storage.ErrChecksum) || !storage.IsPermanent(err) {
+			t.Fatalf("Put %d with a wrong CRC32C: %v, want a permanent ErrChecksum", i, err)
+		}
+		if _, err := s.Stat(context.Background(), key); !errors.Is(err, storage.ErrNotExist) {
+			t.Fatalf("Stat after the refused Put: %v, want ErrNotExist", err)
+		}
+	}
+}
