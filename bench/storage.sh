@@ -9,14 +9,17 @@
 # turn, starting with a different one. Prints, as a Markdown table, the
 # median and best MB/s over the rounds, the ratio of medians to the best
 # peer, client CPU (user+system, from /usr/bin/time) and MinIO's CPU (from
-# /proc) per GiB moved, and peak RSS. Environment:
+# /proc) per GiB moved, and peak RSS; then lifeboat's peak RSS for one
+# upload and one download at each of several object sizes. Environment:
 #   ROUNDS=N        rounds (default 5)
 #   BENCH_DIR=DIR   scratch space (default: a new temp dir, removed after)
+#   RSS_SIZES_MIB   object sizes of the peak-RSS table (default "256 1024 4096")
 #   LIFEBOAT_CACHE  where tool binaries are cached (see scripts/minio.sh)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
+RSS_SIZES_MIB=${RSS_SIZES_MIB:-256 1024 4096}
 CACHE=${LIFEBOAT_CACHE:-$HOME/.cache/lifeboat}
 S5CMD_VERSION=v2.3.0
 
@@ -187,3 +190,23 @@ END {
 	}
 	printf "\nbig: one 1 GiB file; small: 64 files of 16 MiB. %d rounds, %d cores, MinIO on 127.0.0.1 on the same cores.\n", rounds, cores
 }' "$work/results"
+
+# Peak RSS of lifeboat's side by object size: one upload and one download
+# of each size, files made from the 1 GiB one, so that the table shows
+# whether memory grows with the object.
+log "peak RSS by object size: ${RSS_SIZES_MIB} MiB"
+printf '\n| object size | lifeboat upload peak RSS MiB | lifeboat download peak RSS MiB |\n|---:|---:|---:|\n'
+for mib in $RSS_SIZES_MIB; do
+	f=$work/src/rss-$mib
+	for _ in $(seq $(((mib + 1023) / 1024))); do cat "$work/src/big"; done >"$f"
+	truncate -s $((mib << 20)) "$f"
+	sync
+	/usr/bin/time -f '%M' -o "$work/up.txt" "$work/storagebench" -op upload -src "$f" -dst "s3://$BUCKET/rss/$mib" >/dev/null 2>&1 ||
+		die "upload of $mib MiB failed"
+	rm -f "$f"
+	/usr/bin/time -f '%M' -o "$work/down.txt" "$work/storagebench" -op download -src "s3://$BUCKET/rss/$mib" -dst "$work/out/rss" >/dev/null 2>&1 ||
+		die "download of $mib MiB failed"
+	rm -rf "$work/out/rss"
+	"$mc" rm --recursive --force "bench/$BUCKET/rss/$mib" >/dev/null
+	printf '| %d MiB | %d | %d |\n' "$mib" $(($(cat "$work/up.txt") / 1024)) $(($(cat "$work/down.txt") / 1024))
+done

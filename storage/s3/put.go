@@ -113,8 +113,8 @@ func putOptions(opts storage.PutOptions, meta map[string]string) minio.PutObject
 	return po
 }
 
-// putSingle uploads b in one PUT. A caller's checksums go as they are (see
-// check). Otherwise putSingle computes the SHA-256 and, in the same pass
+// putSingle uploads b in one PUT. A caller's sums go as they are (see
+// checkFor). Otherwise putSingle computes the SHA-256 and, in the same pass
 // over b, a CRC32C for the server to check: both sums then come from the
 // same bytes, so the cheap one guards the transfer as well as the expensive
 // one would, and the server does not spend a SHA-256 on every byte (about a
