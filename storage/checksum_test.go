@@ -22,3 +22,19 @@ func TestChecksums(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteSums checks that sums written part by part equal the sums of
+// the whole, as a multipart upload uses them.
+func TestWriteSums(t *testing.T) {
+	b := make([]byte, 5<<20+3)
+	rand.NewChaCha8([32]byte{9}).Read(b)
+	h := sha256.New()
+	for _, part := range [][]byte{b[:1], b[1 : 2<<20], b[2<<20:]} {
+		if got, want := WriteSums(h, 0, part), crc32.Checksum(part, crc32.MakeTable(crc32.Castagnoli)); got != want {
+			t.Errorf("part CRC32C %08x, want %08x", got, want)
+		}
+	}
+	if want := sha256.Sum256(b); hex.EncodeToString(h.Sum(nil)) != hex.EncodeToString(want[:]) {
+		t.Errorf("running SHA-256 %x, want %x", h.Sum(nil), want)
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
-	"hash/crc32"
 	"io"
 	"slices"
 	"sync"
@@ -225,12 +224,13 @@ func modTime(t time.Time) time.Time {
 type part struct {
 	num int
 	buf []byte
+	crc uint32  // CRC32C of buf
 	bp  *[]byte // pool entry to return, or nil
 }
 
 // putMultipart uploads first and the rest of r as a multipart upload with
-// Parallelism parts in flight. The reading goroutine hashes the stream;
-// workers checksum (CRC32C) and upload parts. Any failure aborts the upload.
+// Parallelism parts in flight. The reading goroutine hashes the stream and
+// each part's CRC32C in the same pass; workers upload the parts. Any failure aborts the upload.
 func (s *Store) putMultipart(ctx context.Context, key string, r io.Reader, size, partSize int64, first []byte, firstBP *[]byte, opts storage.PutOptions) (info storage.ObjectInfo, err error) {
 	obj := s.prefix + key
 	meta := map[string]string{"x-amz-checksum-algorithm": "CRC32C"}
@@ -306,7 +306,7 @@ func (s *Store) putMultipart(ctx context.Context, key string, r io.Reader, size,
 // part by part. It returns the bytes read.
 func (s *Store) feed(ctx context.Context, r io.Reader, size, partSize int64, first []byte, firstBP *[]byte, h hash.Hash, parts chan<- part) (int64, error) {
 	send := func(p part) error {
-		h.Write(p.buf)
+		p.crc = storage.WriteSums(h, 0, p.buf)
 		select {
 		case parts <- p:
 			return nil
@@ -360,7 +360,7 @@ func (s *Store) feed(ctx context.Context, r io.Reader, size, partSize int64, fir
 
 // uploadPart uploads one part with its CRC32C for the server to check.
 func (s *Store) uploadPart(ctx context.Context, obj, uploadID string, p part) (minio.CompletePart, error) {
-	crc := crc32cCheck(crc32.Checksum(p.buf, storage.CRC32CTable)).value
+	crc := crc32cCheck(p.crc).value
 	hdr := make(map[string][]string, 1)
 	hdr["X-Amz-Checksum-Crc32c"] = []string{crc}
 	op, err := s.core.PutObjectPart(ctx, s.cfg.Bucket, obj, uploadID, p.num, bytes.NewReader(p.buf), int64(len(p.buf)),
