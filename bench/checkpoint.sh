@@ -26,7 +26,7 @@ RUNS=${RUNS:-3}
 SIZE=${SIZE:-$((1 << 30))}
 
 # shellcheck disable=SC1091
-. scripts/lib.sh # need_pkgs
+. scripts/lib.sh # need_pkgs, start_minio
 log() { printf 'checkpoint.sh: %s\n' "$*" >&2; }
 [[ -x /usr/bin/time ]] || need_pkgs /usr/bin/time:time
 
@@ -45,13 +45,8 @@ log "building lifeboat and ckptbench"
 go build -o "$work/lifeboat" ./cmd/lifeboat
 go build -o "$work/ckptbench" ./bench/ckptbench
 
-scripts/minio.sh start "$work/minio"
-# shellcheck disable=SC1091
-. "$work/minio/env"
-EP=$LIFEBOAT_TEST_S3_ENDPOINT
-export AWS_ACCESS_KEY_ID=$LIFEBOAT_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$LIFEBOAT_TEST_S3_SECRET_KEY
-export AWS_ENDPOINT_URL=$EP AWS_REGION=us-east-1
-unset AWS_CA_BUNDLE AWS_SESSION_TOKEN LIFEBOAT_STORE LIFEBOAT_DIR
+start_minio "$work/minio"
+EP=$AWS_ENDPOINT_URL
 export MC_CONFIG_DIR=$work/mc MC_HOST_ckpt="http://$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY@${EP#http://}"
 
 log "machine: $(nproc) cores, $(uname -r), mc $("$mc" --version 2>/dev/null | head -1)"

@@ -18,6 +18,8 @@
 # Prints a Markdown table of medians.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck disable=SC1091
+. scripts/lib.sh # start_minio, AWK_MEDIAN
 DELAYS=${DELAYS:-0ms 5ms 25ms}
 WORKERS=${WORKERS:-4 8 16 32}
 ROUNDS=${ROUNDS:-3}
@@ -44,12 +46,8 @@ go build -o "$work/lifeboat" ./cmd/lifeboat
 go build -o "$work/latencyproxy" ./bench/latencyproxy
 head -c "$SIZE" /dev/urandom >"$work/latest.pdparams"
 
-scripts/minio.sh start "$work/minio"
-# shellcheck disable=SC1091
-. "$work/minio/env"
-direct=$LIFEBOAT_TEST_S3_ENDPOINT
-export AWS_ACCESS_KEY_ID=$LIFEBOAT_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$LIFEBOAT_TEST_S3_SECRET_KEY AWS_REGION=us-east-1
-unset AWS_CA_BUNDLE AWS_SESSION_TOKEN LIFEBOAT_STORE LIFEBOAT_DIR
+start_minio "$work/minio"
+direct=$AWS_ENDPOINT_URL
 export MC_CONFIG_DIR=$work/mc
 
 # timed NAME CMD...: append "NAME seconds" to $work/results.
@@ -96,12 +94,7 @@ for delay in $DELAYS; do
 	proxy_pid=
 done
 
-awk -v size="$SIZE" -v rounds="$ROUNDS" '
-function median(list,   a, n, i, j, t) {
-	n = split(list, a, " ")
-	for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
-	return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
-}
+awk -v size="$SIZE" -v rounds="$ROUNDS" "$AWK_MEDIAN"'
 { k = $1 " " $2 " " $3; if (!(k in t)) order[++n] = k; t[k] = t[k] " " $4 }
 END {
 	printf "| one-way delay | op | client | seconds (median) | MB/s |\n|---|---|---|---:|---:|\n"

@@ -18,6 +18,8 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+# shellcheck disable=SC1091
+. scripts/lib.sh # start_minio, AWK_MEDIAN
 ROUNDS=${ROUNDS:-5}
 RSS_SIZES_MIB=${RSS_SIZES_MIB:-256 1024 4096}
 CACHE=${LIFEBOAT_CACHE:-$HOME/.cache/lifeboat}
@@ -62,14 +64,8 @@ done
 BIG_BYTES=$((1 << 30))
 SMALL_BYTES=$((64 * (16 << 20)))
 
-scripts/minio.sh start "$work/minio"
-# shellcheck disable=SC1091
-. "$work/minio/env"
-EP=$LIFEBOAT_TEST_S3_ENDPOINT
-export AWS_ACCESS_KEY_ID=$LIFEBOAT_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$LIFEBOAT_TEST_S3_SECRET_KEY
-export AWS_ENDPOINT_URL=$EP AWS_REGION=us-east-1
-# The server is plain http; a machine-wide CA bundle only trips rclone up.
-unset AWS_CA_BUNDLE
+start_minio "$work/minio"
+EP=$AWS_ENDPOINT_URL
 export MC_CONFIG_DIR=$work/mc
 "$mc" alias set bench "$EP" "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" >/dev/null
 export RCLONE_CONFIG_BENCH_TYPE=s3 RCLONE_CONFIG_BENCH_PROVIDER=Minio RCLONE_CONFIG_BENCH_ENDPOINT=$EP
@@ -161,12 +157,7 @@ done
 # The table: median and best MB/s of the rounds, the median's ratio to the
 # best peer's median, median client and server CPU seconds per GiB moved,
 # and the largest peak RSS.
-awk -v tools="${TOOLS[*]}" -v rounds="$ROUNDS" -v cores="$(nproc)" '
-function median(list,   a, n, i, j, t) {
-	n = split(list, a, " ")
-	for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
-	return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
-}
+awk -v tools="${TOOLS[*]}" -v rounds="$ROUNDS" -v cores="$(nproc)" "$AWK_MEDIAN"'
 {
 	k = $1 "/" $2 "/" $3; gib = $4 / 2^30
 	mbs[k] = mbs[k] " " $4 / $5 / 1e6

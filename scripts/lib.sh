@@ -1,4 +1,5 @@
-# Shared helpers for lifeboat's scripts. Source it; it defines functions only.
+# Shared helpers for lifeboat's scripts. Source it; it defines functions and
+# constants only.
 
 log() { printf '==> %s\n' "$*" >&2; }
 
@@ -39,3 +40,27 @@ ensure_dockerd() {
 	tail -n 30 "${TMPDIR:-/tmp}/lifeboat-dockerd.log" >&2
 	return 1
 }
+
+# start_minio DIR: start a MinIO server with its data in DIR
+# (scripts/minio.sh start, from the repository root) and export the AWS_*
+# variables that point lifeboat and the peer tools at it.
+start_minio() {
+	scripts/minio.sh start "$1"
+	# shellcheck disable=SC1091
+	. "$1/env"
+	export AWS_ACCESS_KEY_ID=$LIFEBOAT_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$LIFEBOAT_TEST_S3_SECRET_KEY
+	export AWS_ENDPOINT_URL=$LIFEBOAT_TEST_S3_ENDPOINT AWS_REGION=us-east-1
+	# The server is plain http: a machine-wide CA bundle only trips clients
+	# up. Nothing of the caller's own store settings may leak in either.
+	unset AWS_CA_BUNDLE AWS_SESSION_TOKEN LIFEBOAT_STORE LIFEBOAT_DIR
+}
+
+# AWK_MEDIAN defines median(list), the median of the space-separated numbers
+# in list, for an awk program to begin with (mawk has no include).
+# shellcheck disable=SC2016
+AWK_MEDIAN='
+function median(list,   a, n, i, j, t) {
+	n = split(list, a, " ")
+	for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+	return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
+}'
