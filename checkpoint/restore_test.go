@@ -8,10 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 
+	"github.com/lifeboat-project/lifeboat/internal/testenv"
 	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/storage/mem"
 )
@@ -250,3 +253,41 @@ func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 func (f readerFunc) Close() error               { return nil }
 
 var _ io.ReadCloser = readerFunc(nil)
+
+// TestRestoreTooLargeForTheVolume restores into a tmpfs smaller than the
+// snapshot: the restore fails with ENOSPC while it reserves the files'
+// space, before it has fetched a single chunk, and leaves the directory as
+// it was.
+func TestRestoreTooLargeForTheVolume(t *testing.T) {
+	testenv.RequireRoot(t)
+	defer goleak.VerifyNone(t)
+	ctx := context.Background()
+	inner := mem.New()
+	tr := tree{"model.pdparams": randomBytes(7, 3<<20), "model.pdopt": randomBytes(8, 3<<20)}
+	upload(t, newUploader(inner, nil), 1, 0, 1, tr)
+
+	small := t.TempDir()
+	if err := unix.Mount("tmpfs", small, "tmpfs", 0, "size=4m"); err != nil {
+		testenv.Skip(t, "cannot mount a small tmpfs: "+err.Error())
+	}
+	t.Cleanup(func() { _ = unix.Unmount(small, 0) })
+	user := tree{"notes.txt": []byte("keep me")}
+	writeTree(t, small, user)
+
+	var gets atomic.Int64
+	s := &mem.FaultStore{Inner: inner}
+	s.OnGet = func(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+		if strings.HasPrefix(key, "chunks/") {
+			gets.Add(1)
+		}
+		return inner.Get(ctx, key, offset, length)
+	}
+	_, err := Restore(ctx, s, 1, 0, small, RestoreOptions{Backoff: noWait})
+	if !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("Restore into a 4 MiB volume of a 6 MiB snapshot = %v, want ENOSPC", err)
+	}
+	if n := gets.Load(); n != 0 {
+		t.Errorf("the restore fetched %d chunks before it found the volume too small", n)
+	}
+	checkTree(t, small, user)
+}
