@@ -284,17 +284,18 @@ send:
 // allocated where the filesystem can (fallocate). A volume too small for the
 // checkpoint then fails here, before anything is downloaded, and the
 // downloads write into allocated blocks instead of holes, which costs ext4
-// less CPU per page (docs/BENCHMARKS.md). Filesystems without fallocate get
-// a sparse file of that size.
+// less CPU per page (docs/BENCHMARKS.md). Where fallocate fails for any
+// other reason than a full volume or quota (a filesystem without it), the
+// file is made sparse instead, as if fallocate did not exist.
 func reserve(f *os.File, size int64) error {
 	if size == 0 {
 		return nil
 	}
 	err := unix.Fallocate(int(f.Fd()), 0, 0, size)
-	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
-		return f.Truncate(size)
+	if err == nil || errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		return err
 	}
-	return err
+	return f.Truncate(size)
 }
 
 // checkTargets fails if a file cannot be moved to its place in dir without
