@@ -17,7 +17,7 @@ need_pkgs unshare:util-linux flock:util-linux python3:python3 sh:dash curl:curl 
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/lifeboat-test.XXXXXX")
 cleanup() {
-	scripts/minio.sh stop "$work" >/dev/null 2>&1 || true
+	scripts/minio.sh stop "$work/minio" >/dev/null 2>&1 || true
 	rm -rf "$work"
 }
 trap cleanup EXIT
