@@ -13,7 +13,10 @@
 //     run before main, as they do in lifeboat.
 package main
 
-import "os"
+import (
+	"errors"
+	"os"
+)
 
 // before, when a build tag sets it, runs in main before the child starts.
 var before func()
@@ -27,4 +30,19 @@ func main() {
 		before()
 	}
 	os.Exit(run(os.Args[1:]))
+}
+
+// exitCode is the exit code for run's error: 0 for none, the child's own
+// code for an error that carries one (exec.ExitError, supervisor.ExitError),
+// else fallback after printing the error.
+func exitCode(err error, fallback int) int {
+	var ec interface{ ExitCode() int }
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ec):
+		return ec.ExitCode()
+	}
+	os.Stderr.WriteString(err.Error() + "\n")
+	return fallback
 }
