@@ -102,6 +102,16 @@ type Config struct {
 	Memory Memory
 	// OnOOMKill, when set, is told of each OOM kill in the trainer's cgroup.
 	OnOOMKill func()
+
+	// OnReap, when set, is told of every process lifeboat reaps (the
+	// trainer and each orphan of its tree): its pid, how it ended and when.
+	// The checkpoint pipeline tells an interrupted save from a whole one by
+	// it. It runs in the supervision loop and must not block.
+	OnReap func(pid int, status unix.WaitStatus, at time.Time)
+	// BeforeKill, when set, runs just before the trainer's tree is
+	// SIGKILLed (the grace deadline, or a second SIGINT): a file still open
+	// for writing then is an interrupted save. It must not block.
+	BeforeKill func()
 }
 
 // Memory is what the supervisor needs of the trainer's memory cgroup.
@@ -649,6 +659,9 @@ func (l *loop) reap() {
 			l.noChildren = false
 			return
 		}
+		if l.cfg.OnReap != nil {
+			l.cfg.OnReap(pid, ws, l.cfg.Clock())
+		}
 		if pid == l.target.Pid {
 			l.childDone = true
 			l.childStatus = ws
@@ -714,6 +727,9 @@ func (l *loop) descendants() []int {
 // including those that left the group with setsid or a double fork. It
 // repeats while new processes appear (a fork racing the kill).
 func (l *loop) killTree() {
+	if l.cfg.BeforeKill != nil {
+		l.cfg.BeforeKill()
+	}
 	l.killedAt = l.cfg.Clock()
 	if l.deadline != nil {
 		l.deadline.Stop()

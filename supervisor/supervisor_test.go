@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -298,4 +299,76 @@ func TestDescendantsExported(t *testing.T) {
 	if _, err := Descendants(filepath.Join(root, "missing"), 1); err == nil {
 		t.Errorf("Descendants of a missing /proc succeeded")
 	}
+}
+
+// TestReapAndKillHooks: every reaped process is reported with its status,
+// and BeforeKill runs before the tree is SIGKILLed at the grace deadline,
+// while the trainer is still alive.
+func TestReapAndKillHooks(t *testing.T) {
+	ready := filepath.Join(t.TempDir(), "ready")
+	var mu sync.Mutex
+	var reaped []unix.WaitStatus
+	aliveAtKill := false
+	var pid int
+	in := make(chan os.Signal, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(context.Background(), Config{
+			Argv:    []string{"sh", "-c", `trap '' TERM; touch "$0"; while :; do sleep 0.05; done`, ready},
+			Signals: in, Grace: 300 * time.Millisecond,
+			OnReap: func(p int, ws unix.WaitStatus, at time.Time) {
+				mu.Lock()
+				defer mu.Unlock()
+				if p == pid {
+					reaped = append(reaped, ws)
+				}
+			},
+			BeforeKill: func() {
+				mu.Lock()
+				defer mu.Unlock()
+				aliveAtKill = unix.Kill(pid, 0) == nil
+			},
+		})
+	}()
+	for {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	mu.Lock()
+	pid = findChild(t, "sh")
+	mu.Unlock()
+	in <- unix.SIGTERM
+	if err := <-done; err == nil {
+		t.Fatal("Run = nil, want the SIGKILLed trainer's 137")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !aliveAtKill {
+		t.Errorf("BeforeKill ran when the trainer was already gone (or never ran)")
+	}
+	if len(reaped) != 1 || !reaped[0].Signaled() || reaped[0].Signal() != unix.SIGKILL {
+		t.Errorf("OnReap for the trainer got %v, want one SIGKILL status", reaped)
+	}
+}
+
+// findChild is the pid of lifeboat's (this test's) direct child named comm.
+func findChild(t *testing.T, comm string) int {
+	t.Helper()
+	procs, err := readProcs("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := os.Getpid()
+	for _, p := range procs {
+		if p.ppid == self {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p.pid))
+			if strings.TrimSpace(string(b)) == comm {
+				return p.pid
+			}
+		}
+	}
+	t.Fatalf("no child named %s", comm)
+	return 0
 }
