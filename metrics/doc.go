@@ -27,6 +27,7 @@
 //	lifeboat_upload_throughput_bytes_per_second         measured upload throughput
 //	lifeboat_upload_retries_total                       retried storage operations
 //	lifeboat_upload_failures_total                      failed checkpoint uploads
+//	lifeboat_checkpoints_interrupted_total              interrupted saves, never stored
 //	lifeboat_preemption_notices_total{source}           cloud preemption notices received
 //	lifeboat_grace_budget_left_seconds                  grace budget left, at scrape time; absent until set
 //	lifeboat_trainer_restarts_total{reason}             trainer restarts

@@ -66,6 +66,7 @@ type Metrics struct {
 	throughput     prometheus.Gauge
 	retries        prometheus.Counter
 	failures       prometheus.Counter
+	interrupted    prometheus.Counter
 	notices        *prometheus.CounterVec
 	restarts       *prometheus.CounterVec
 	oomKills       prometheus.Counter
@@ -114,6 +115,7 @@ func New(version string, opts ...Option) *Metrics {
 	m.throughput = gauge("lifeboat_upload_throughput_bytes_per_second", "Measured upload throughput of new data.")
 	m.retries = counter("lifeboat_upload_retries_total", "Storage operations retried.")
 	m.failures = counter("lifeboat_upload_failures_total", "Checkpoint uploads that failed.")
+	m.interrupted = counter("lifeboat_checkpoints_interrupted_total", "Checkpoints never stored because their save was cut short (a writer died mid-save, or a format check found a file torn).")
 	m.notices = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lifeboat_preemption_notices_total",
 		Help: "Preemption notices received, by source (aws, gcp, url, signal, other).",
@@ -146,7 +148,7 @@ func New(version string, opts ...Option) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildInfo, m.readyGauge, m.lastStep, m.lastCommitTS, age,
 		m.uploadedBytes, m.dedupedBytes, ratio, m.pendingBytes, m.throughput,
-		m.retries, m.failures, m.notices, m.restarts, m.oomKills,
+		m.retries, m.failures, m.interrupted, m.notices, m.restarts, m.oomKills,
 		m.resumeStep, m.resumeDuration, m.graceLeft,
 	)
 	return m
@@ -221,6 +223,14 @@ func (m *Metrics) IncUploadFailure() {
 		return
 	}
 	m.failures.Inc()
+}
+
+// IncInterrupted counts one checkpoint recognised as an interrupted save.
+func (m *Metrics) IncInterrupted() {
+	if m == nil {
+		return
+	}
+	m.interrupted.Inc()
 }
 
 // IncNotice counts one preemption notice from source, one of

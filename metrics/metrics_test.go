@@ -123,7 +123,7 @@ var names = []string{
 	"lifeboat_checkpoint_last_step", "lifeboat_checkpoint_last_commit_timestamp_seconds", "lifeboat_checkpoint_age_seconds",
 	"lifeboat_upload_bytes_total", "lifeboat_upload_deduped_bytes_total", "lifeboat_upload_dedupe_ratio",
 	"lifeboat_upload_pending_bytes", "lifeboat_upload_throughput_bytes_per_second",
-	"lifeboat_upload_retries_total", "lifeboat_upload_failures_total",
+	"lifeboat_upload_retries_total", "lifeboat_upload_failures_total", "lifeboat_checkpoints_interrupted_total",
 	"lifeboat_preemption_notices_total", "lifeboat_trainer_restarts_total", "lifeboat_trainer_oom_kills_total",
 }
 
@@ -182,6 +182,7 @@ func TestScrapeValuesMove(t *testing.T) {
 	m.IncRetry()
 	m.IncRetry()
 	m.IncUploadFailure()
+	m.IncInterrupted()
 	m.IncNotice("aws")
 	m.IncNotice("GCP ")
 	m.IncRestart("oom")
@@ -200,6 +201,7 @@ func TestScrapeValuesMove(t *testing.T) {
 	want(t, fams, "lifeboat_upload_throughput_bytes_per_second", 1.5e6)
 	want(t, fams, "lifeboat_upload_retries_total", 2)
 	want(t, fams, "lifeboat_upload_failures_total", 1)
+	want(t, fams, "lifeboat_checkpoints_interrupted_total", 1)
 	want(t, fams, "lifeboat_preemption_notices_total", 1, "source", "aws")
 	want(t, fams, "lifeboat_preemption_notices_total", 1, "source", "gcp")
 	want(t, fams, "lifeboat_trainer_restarts_total", 1, "reason", "oom")
