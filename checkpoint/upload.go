@@ -41,6 +41,17 @@ const (
 	DefaultSafetyWindow = 6 * time.Hour
 )
 
+// ErrInterrupted marks an upload refused because the checkpoint is not
+// whole: a file failed its format check (it also wraps format.ErrTorn).
+// Nothing was committed. Uploading the same files again cannot succeed;
+// the checkpoint is stored once its files change and pass.
+var ErrInterrupted = errors.New("the checkpoint is not whole")
+
+// ErrChanged marks an upload refused because a file kept changing while it
+// was read, or stopped being the regular file that was scanned. Nothing was
+// committed; uploading again later may succeed.
+var ErrChanged = errors.New("a file changed while it was uploaded")
+
 // tempPrefix starts the names Restore gives its temporary directories;
 // Upload skips entries with this prefix.
 const tempPrefix = ".lifeboat-restore-"
