@@ -20,8 +20,9 @@ state = {"step": 0, "w": 0.0, "b": 0.0}
 def save(path):
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "model.pdparams"), "wb") as f:
-        pickle.dump(state, f)
-        f.write(os.urandom(2 << 20))  # stand-in for the tensors: 2 MiB
+        # One pickle per file, as paddle.save writes it; the random bytes
+        # stand in for the tensors (2 MiB).
+        pickle.dump(dict(state, tensors=os.urandom(2 << 20)), f, protocol=4)
 
 
 resume = os.environ.get("LIFEBOAT_RESUME_DIR")

@@ -103,8 +103,8 @@ def save(model, path, name, pad_bytes):
     """Saves like paddle.save: one pickle per state dict, written in place."""
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, name + ".pdparams"), "wb") as f:
-        pickle.dump(model.params(), f)
-        f.write(os.urandom(pad_bytes))  # stand-in for the tensors
+        # The random bytes stand in for the tensors, inside the one pickle.
+        pickle.dump(dict(model.params(), tensors=os.urandom(pad_bytes)), f, protocol=4)
     with open(os.path.join(path, name + ".pdopt"), "wb") as f:
         pickle.dump(model.opt(), f)
 
@@ -116,7 +116,7 @@ def load(path):
         p = os.path.join(path, name + ".pdparams")
         if os.path.exists(p):
             with open(p, "rb") as f:
-                params = pickle.load(f)  # the padding after the pickle is not read
+                params = pickle.load(f)
             opt = None
             o = os.path.join(path, name + ".pdopt")
             if os.path.exists(o):

@@ -15,6 +15,7 @@ the step, so a resumed trainer can check it got exactly what was saved.
 import hashlib
 import json
 import os
+import pickle
 import signal
 import sys
 import time
@@ -38,7 +39,7 @@ def model_bytes(step):
 def save(path, step):
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "model.pdparams"), "wb") as f:
-        f.write(model_bytes(step))
+        pickle.dump(model_bytes(step), f, protocol=4)  # as paddle.save writes
     with open(os.path.join(path, "state.json"), "w") as f:
         json.dump({"step": step}, f)
 
@@ -47,7 +48,7 @@ def load(path):
     with open(os.path.join(path, "state.json")) as f:
         step = json.load(f)["step"]
     with open(os.path.join(path, "model.pdparams"), "rb") as f:
-        ok = f.read() == model_bytes(step)
+        ok = pickle.load(f) == model_bytes(step)
     return step, ok
 
 
