@@ -313,7 +313,7 @@ func (a *Agent) upload(ctx context.Context, r watch.Ready, prune bool) error {
 	if !prune {
 		up = a.cfg.Uploader.FinalUploadFiles
 	}
-	res, err := up(ctx, a.cfg.Dir, relPaths(r), r.Step, a.cfg.Rank, a.cfg.WorldSize)
+	res, err := up(ctx, a.cfg.Dir, relPaths(r), checkpoint.Target{Step: r.Step, Rank: a.cfg.Rank, WorldSize: a.cfg.WorldSize})
 	if err != nil {
 		return err
 	}

@@ -198,7 +198,7 @@ func TestRestoredIsNotUploadedAgain(t *testing.T) {
 	src, s := t.TempDir(), mem.New()
 	writeFile(t, filepath.Join(src, "step-5", "model.pdparams"), 100<<10, 3)
 	u := &checkpoint.Uploader{Store: s, ChunkSize: 64 << 10, Backoff: noWait}
-	if _, err := u.UploadFiles(context.Background(), src, []string{"step-5/model.pdparams"}, 5, 0, 1); err != nil {
+	if _, err := u.UploadFiles(context.Background(), src, []string{"step-5/model.pdparams"}, checkpoint.Target{Step: 5, WorldSize: 1}); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -252,7 +252,7 @@ func TestRestoredInPlaceBackup(t *testing.T) {
 	src, s := t.TempDir(), mem.New()
 	writeFile(t, filepath.Join(src, "backup", "latest.pdparams"), 50<<10, 3)
 	u := &checkpoint.Uploader{Store: s, ChunkSize: 64 << 10, Backoff: noWait}
-	if _, err := u.UploadFiles(context.Background(), src, []string{"backup/latest.pdparams"}, 7, 0, 1); err != nil {
+	if _, err := u.UploadFiles(context.Background(), src, []string{"backup/latest.pdparams"}, checkpoint.Target{Step: 7, WorldSize: 1}); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/storage/mem"
 )
@@ -77,7 +75,7 @@ func TestUploadFaults(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			defer goleak.VerifyNone(t)
+			defer verifyNone(t)
 			inner := mem.New()
 			var tries attempts
 			f := &mem.FaultStore{Inner: inner}
@@ -89,7 +87,7 @@ func TestUploadFaults(t *testing.T) {
 			}
 			dir := t.TempDir()
 			writeTree(t, dir, sampleTree(7))
-			_, err := newUploader(f, nil).Upload(context.Background(), dir, 1, 0, 1)
+			_, err := newUploader(f, nil).Upload(context.Background(), dir, Target{Step: 1, WorldSize: 1})
 			manifests := storedKeys(t, inner, snapshotsPrefix)
 			switch {
 			case tt.wantErr == nil && err != nil:
@@ -111,7 +109,7 @@ func TestUploadFaults(t *testing.T) {
 }
 
 func TestUploadCancelled(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	inner := mem.New()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -125,7 +123,7 @@ func TestUploadCancelled(t *testing.T) {
 	writeTree(t, dir, sampleTree(8))
 	// A backoff that would retry forever: only cancellation can stop it.
 	u := &Uploader{Store: f, ChunkSize: testChunk, Backoff: func(int) (_ time.Duration, _ bool) { return 0, true }}
-	if _, err := u.Upload(ctx, dir, 1, 0, 1); !errors.Is(err, context.Canceled) {
+	if _, err := u.Upload(ctx, dir, Target{Step: 1, WorldSize: 1}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Upload = %v, want context.Canceled", err)
 	}
 	if m := storedKeys(t, inner, snapshotsPrefix); len(m) != 0 {
@@ -199,7 +197,7 @@ func TestRestoreFaults(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			defer goleak.VerifyNone(t)
+			defer verifyNone(t)
 			inner := mem.New()
 			u := newUploader(inner, nil)
 			upload(t, u, 1, 0, 1, sampleTree(1))

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/storage/mem"
 )
@@ -63,7 +61,7 @@ func finalUpload(t *testing.T, u *Uploader, step int64, tr tree) *UploadResult {
 	for p := range tr {
 		paths = append(paths, p)
 	}
-	res, err := u.FinalUploadFiles(context.Background(), dir, paths, step, 0, 1)
+	res, err := u.FinalUploadFiles(context.Background(), dir, paths, Target{Step: step, WorldSize: 1})
 	if err != nil {
 		t.Fatalf("final upload of step %d: %v", step, err)
 	}
@@ -74,7 +72,7 @@ func finalUpload(t *testing.T, u *Uploader, step int64, tr tree) *UploadResult {
 // final upload decides from what the Uploader knows, without listing; it
 // still stores only the chunks the store lacks, and restores whole.
 func TestFinalUploadDoesNotList(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	s := newCountingStore()
 	u := newUploader(s, nil)
 	first := sampleTree(1)
@@ -119,7 +117,7 @@ func TestFinalUploadDoesNotList(t *testing.T) {
 // TestFinalUploadListsFirst: an Uploader that never listed lists once, so
 // a final upload right after a restore still deduplicates.
 func TestFinalUploadListsFirst(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	s := newCountingStore()
 	tr := sampleTree(3)
 	upload(t, newUploader(s, nil), 1, 0, 1, tr)
@@ -137,7 +135,7 @@ func TestFinalUploadListsFirst(t *testing.T) {
 // too old to be safe from Prune by the time the upload commits is Put
 // again, listing or not.
 func TestFinalUploadKeepsTheAgeRule(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	s := newCountingStore()
 	clock := newFakeClock()
 	u := newUploader(s, clock)

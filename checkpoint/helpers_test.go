@@ -3,19 +3,27 @@ package checkpoint
 import (
 	"bytes"
 	"context"
+	cryptorand "crypto/rand"
+	"encoding/binary"
 	"io"
 	"io/fs"
 	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+
+	"github.com/lifeboat-project/lifeboat/internal/testenv"
 	"github.com/lifeboat-project/lifeboat/storage"
 	fsstore "github.com/lifeboat-project/lifeboat/storage/fs"
 	"github.com/lifeboat-project/lifeboat/storage/mem"
+	"github.com/lifeboat-project/lifeboat/storage/s3"
 )
 
 const testChunk = 64 << 10
@@ -89,8 +97,8 @@ func sampleTree(seed uint64) tree {
 		return maps.Clone(cached.(tree))
 	}
 	tr := tree{
-		"model.pdparams":     randomBytes(seed, 20*testChunk+123),
-		"model.pdopt":        randomBytes(seed+1000, 7*testChunk),
+		"model.pdparams":     pickleOf(randomBytes(seed, 20*testChunk+123)),
+		"model.pdopt":        pickleOf(randomBytes(seed+1000, 7*testChunk)),
 		"meta/trainer.json":  []byte(`{"step": 1}`),
 		"meta/empty.marker":  {},
 		"rng/rank_state.bin": randomBytes(seed+2000, 999),
@@ -100,6 +108,16 @@ func sampleTree(seed uint64) tree {
 }
 
 var sampleTrees sync.Map
+
+// pickleOf returns a whole pickle (protocol 4) of the bytes object b, as
+// the format checks of .pdparams and .pdopt files require.
+func pickleOf(b []byte) []byte {
+	out := make([]byte, 0, len(b)+12)
+	out = append(out, 0x80, 4, 0x8e) // PROTO 4, BINBYTES8
+	out = binary.LittleEndian.AppendUint64(out, uint64(len(b)))
+	out = append(out, b...)
+	return append(out, '.') // STOP
+}
 
 func writeTree(t *testing.T, dir string, tr tree) {
 	t.Helper()
@@ -160,7 +178,7 @@ func upload(t *testing.T, u *Uploader, step int64, rank, n int, tr tree) *Upload
 	t.Helper()
 	dir := t.TempDir()
 	writeTree(t, dir, tr)
-	res, err := u.Upload(context.Background(), dir, step, rank, n)
+	res, err := u.Upload(context.Background(), dir, Target{Step: step, Rank: rank, WorldSize: n})
 	if err != nil {
 		t.Fatalf("upload step %d rank %d: %v", step, rank, err)
 	}
@@ -201,3 +219,65 @@ func storedKeys(t *testing.T, s storage.Store, prefix string) []string {
 }
 
 func fsNew(t *testing.T) (storage.Store, error) { return fsstore.New(t.TempDir()) }
+
+// allStores runs fn against the in-memory store, a directory store and a
+// fresh prefix of the test MinIO server (skipped without one, see
+// testenv.RequireMinIO).
+func allStores(t *testing.T, fn func(t *testing.T, s storage.Store)) {
+	t.Helper()
+	stores(t, fn)
+	t.Run("s3", func(t *testing.T) { fn(t, newS3Store(t)) })
+}
+
+// newS3Store returns a store on a fresh prefix of the test MinIO server.
+func newS3Store(t *testing.T) storage.Store {
+	t.Helper()
+	m := testenv.RequireMinIO(t)
+	s, err := s3.New(context.Background(), s3.Config{
+		Endpoint: m.Endpoint, Bucket: "lifeboat-test", Prefix: "checkpoint-" + strings.ToLower(cryptorand.Text()[:12]),
+		AccessKey: m.AccessKey, SecretKey: m.SecretKey, CreateBucket: true, BucketLookup: s3.LookupPath,
+	})
+	if err != nil {
+		t.Fatalf("open the test MinIO: %v", err)
+	}
+	return s
+}
+
+// waitCtimeTick returns once a change made now gets a later change time
+// than path has. Change times come from a coarse clock (a timer tick), so
+// a file written and then rewritten within one tick may keep its change
+// time; tests that rewrite a file wait for the tick first.
+func waitCtimeTick(t *testing.T, path string) {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	probe := filepath.Join(t.TempDir(), "ctime-probe")
+	if err := os.WriteFile(probe, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for mode := os.FileMode(0o600); ; mode ^= 0o040 {
+		var p unix.Stat_t
+		if err := os.Chmod(probe, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Stat(probe, &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Ctim.Nano() > st.Ctim.Nano() {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// verifyNone is goleak.VerifyNone, less the idle keep-alive connections
+// of the S3 client's HTTP transport, which outlive the test that opened
+// them by design.
+func verifyNone(t *testing.T) {
+	t.Helper()
+	goleak.VerifyNone(t,
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"))
+}

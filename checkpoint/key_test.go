@@ -10,19 +10,27 @@ func TestManifestKeyOrder(t *testing.T) {
 	var keys []string
 	for _, step := range []int64{9, 10, 100, 1, 1 << 40} {
 		for _, rank := range []int{10, 2} {
-			keys = append(keys, manifestKey(step, rank, 16))
+			for _, rev := range []int{0, 10, 2} {
+				keys = append(keys, manifestKey(step, rank, 16, rev))
+			}
 		}
 	}
 	slices.Sort(keys) // what List yields
-	var got [][2]int64
+	var got [][3]int64
 	for _, k := range keys {
-		step, rank, n, ok := parseManifestKey(k)
+		step, rank, n, rev, ok := parseManifestKey(k)
 		if !ok || n != 16 {
 			t.Fatalf("parseManifestKey(%q) = %v, %d", k, ok, n)
 		}
-		got = append(got, [2]int64{step, int64(rank)})
+		got = append(got, [3]int64{step, int64(rank), int64(rev)})
 	}
-	want := [][2]int64{{1, 2}, {1, 10}, {9, 2}, {9, 10}, {10, 2}, {10, 10}, {100, 2}, {100, 10}, {1 << 40, 2}, {1 << 40, 10}}
+	// Revisions 1.. ascend; revision 0 sorts after them ('-' < '.').
+	var want [][3]int64
+	for _, step := range []int64{1, 9, 10, 100, 1 << 40} {
+		for _, rank := range []int64{2, 10} {
+			want = append(want, [3]int64{step, rank, 2}, [3]int64{step, rank, 10}, [3]int64{step, rank, 0})
+		}
+	}
 	if !slices.Equal(got, want) {
 		t.Errorf("lexical order gives %v, want %v", got, want)
 	}
@@ -35,24 +43,37 @@ func TestParseManifestKey(t *testing.T) {
 		step int64
 		rank int
 		n    int
+		rev  int
 	}{
-		{"snapshots/00000000000000000100/rank-00003-of-00008.json", true, 100, 3, 8},
-		{"snapshots/00000000000000000000/rank-00000-of-00001.json", true, 0, 0, 1},
-		{"snapshots/00000000000000000100/rank-00008-of-00008.json", false, 0, 0, 0},
-		{"snapshots/00000000000000000100/rank-00000-of-00000.json", false, 0, 0, 0},
-		{"snapshots/100/rank-00000-of-00001.json", false, 0, 0, 0},
-		{"snapshots/0000000000000000010a/rank-00000-of-00001.json", false, 0, 0, 0},
-		{"snapshots/-0000000000000000001/rank-00000-of-00001.json", false, 0, 0, 0},
-		{"snapshots/00000000000000000100/rank-0000-of-000001.json", false, 0, 0, 0},
-		{"snapshots/00000000000000000100/rank-00000-of-00001.json.tmp", false, 0, 0, 0},
-		{"snapshots/00000000000000000100/rank-+0000-of-00001.json", false, 0, 0, 0},
-		{"chunks/ab/ab", false, 0, 0, 0},
+		{"snapshots/00000000000000000100/rank-00003-of-00008.json", true, 100, 3, 8, 0},
+		{"snapshots/00000000000000000000/rank-00000-of-00001.json", true, 0, 0, 1, 0},
+		{"snapshots/00000000000000000100/rank-00003-of-00008-rev-00001.json", true, 100, 3, 8, 1},
+		{"snapshots/00000000000000000100/rank-00003-of-00008-rev-99999.json", true, 100, 3, 8, 99999},
+		{"snapshots/00000000000000000100/rank-00003-of-00008-rev-00000.json", false, 0, 0, 0, 0},
+		{"snapshots/00000000000000000100/rank-00003-of-00008-rev-0001.json", false, 0, 0, 0, 0},
+		{"snapshots/00000000000000000100/rank-00003-of-00008-rev-+0001.json", false, 0, 0, 0, 0},
+		{"snapshots/00000000000000000100/rank-00003-of-00008-rev-00001.json.tmp", false, 0, 0, 0, 0},
+		{"snapshots/00000000000000000100/rank-00003-of-00008-ver-00001.json", false, 0, 0, 0, 0},
+		{"snapshots/00000000000000000100/rank-00003-of-00008-rev-00001", false, 0, 0, 0, 0},
+		{"snapshots/00000000000000000100/rank-00008-of-00008.json", false, 0, 0, 0, 0},
+		{"snapshots/00000000000000000100/rank-00000-of-00000.json", false, 0, 0, 0, 0},
+		{"snapshots/100/rank-00000-of-00001.json", false, 0, 0, 0, 0},
+		{"snapshots/0000000000000000010a/rank-00000-of-00001.json", false, 0, 0, 0, 0},
+		{"snapshots/-0000000000000000001/rank-00000-of-00001.json", false, 0, 0, 0, 0},
+		{"snapshots/00000000000000000100/rank-0000-of-000001.json", false, 0, 0, 0, 0},
+		{"snapshots/00000000000000000100/rank-00000-of-00001.json.tmp", false, 0, 0, 0, 0},
+		{"snapshots/00000000000000000100/rank-+0000-of-00001.json", false, 0, 0, 0, 0},
+		{"snapshots/00000000000000000100/rank-00000-of-00001", false, 0, 0, 0, 0},
+		{"chunks/ab/ab", false, 0, 0, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
-			step, rank, n, ok := parseManifestKey(tt.key)
-			if ok != tt.ok || ok && (step != tt.step || rank != tt.rank || n != tt.n) {
-				t.Errorf("= %d %d %d %v, want %d %d %d %v", step, rank, n, ok, tt.step, tt.rank, tt.n, tt.ok)
+			step, rank, n, rev, ok := parseManifestKey(tt.key)
+			if ok != tt.ok || ok && (step != tt.step || rank != tt.rank || n != tt.n || rev != tt.rev) {
+				t.Errorf("= %d %d %d %d %v, want %d %d %d %d %v", step, rank, n, rev, ok, tt.step, tt.rank, tt.n, tt.rev, tt.ok)
+			}
+			if ok && manifestKey(step, rank, n, rev) != tt.key {
+				t.Errorf("manifestKey gives %q back", manifestKey(step, rank, n, rev))
 			}
 		})
 	}

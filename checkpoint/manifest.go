@@ -34,13 +34,22 @@ const (
 var ErrCorrupt = errors.New("checkpoint is corrupt")
 
 // Manifest describes the snapshot of one rank at one step. It is stored as
-// JSON at snapshots/<step>/rank-<r>-of-<n>.json after all its chunks.
+// JSON at snapshots/<step>/rank-<r>-of-<n>.json (revision 0) or
+// snapshots/<step>/rank-<r>-of-<n>-rev-<k>.json (revision k) after all its
+// chunks.
 type Manifest struct {
-	Format    int       `json:"format"`     // FormatVersion
-	ID        string    `json:"id"`         // 16 lower-case hex digits, random per upload
-	Step      int64     `json:"step"`       // training step, >= 0
-	Rank      int       `json:"rank"`       // 0 <= Rank < WorldSize
-	WorldSize int       `json:"world_size"` // ranks that make the step complete
+	Format    int    `json:"format"`     // FormatVersion
+	ID        string `json:"id"`         // 16 lower-case hex digits, random per upload
+	Step      int64  `json:"step"`       // training step, >= 0
+	Rank      int    `json:"rank"`       // 0 <= Rank < WorldSize
+	WorldSize int    `json:"world_size"` // ranks that make the step complete
+	// Revision numbers the snapshots of one rank at one step: 0 is the
+	// first committed, each later one with other files is one more. The
+	// highest is the rank's snapshot of the step. It matches the key.
+	Revision int `json:"revision,omitempty"`
+	// Counter: the trainer did not number this checkpoint; it follows the
+	// named step Step (Target.Counter).
+	Counter   bool      `json:"counter,omitempty"`
 	Created   time.Time `json:"created"`    // when the upload started
 	Producer  string    `json:"producer"`   // "lifeboat <version>"
 	ChunkSize int64     `json:"chunk_size"` // the uploader's chunk size; informative
@@ -131,6 +140,9 @@ func (m *Manifest) validate() error {
 	}
 	if m.Rank < 0 || m.Rank >= m.WorldSize {
 		return fmt.Errorf("rank %d outside 0..%d", m.Rank, m.WorldSize-1)
+	}
+	if m.Revision < 0 || m.Revision > MaxRevision {
+		return fmt.Errorf("revision %d outside 0..%d", m.Revision, MaxRevision)
 	}
 	if m.Created.IsZero() {
 		return errors.New("created time is missing")

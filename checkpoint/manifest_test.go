@@ -64,6 +64,9 @@ func TestDecodeManifest(t *testing.T) {
 		{"bad hash", edit(`5b7e7d2b`, `5B7E7D2B`), "chunk hash"},
 		{"short hash", edit(`"5b7e7d2b`, `"`), "chunk hash"},
 		{"wrong type", edit(`"step":100`, `"step":"100"`), "decode"},
+		{"revision and counter", edit(`"world_size":2,`, `"world_size":2,"revision":3,"counter":true,`), ""},
+		{"negative revision", edit(`"world_size":2,`, `"world_size":2,"revision":-1,`), "revision -1"},
+		{"revision too high", edit(`"world_size":2,`, `"world_size":2,"revision":100000,`), "revision 100000"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -31,7 +31,11 @@ type PruneOptions struct {
 type PruneResult struct {
 	Kept             []int64 // complete steps kept, newest first
 	DeletedSteps     []int64
-	DeletedManifests int
+	DeletedManifests int // all manifests deleted, of deleted steps and superseded revisions
+	// DeletedRevisions counts superseded revisions deleted from steps that
+	// are kept (a higher revision of the same rank replaced them more than
+	// the safety window ago).
+	DeletedRevisions int
 	DeletedChunks    int
 	DeletedBytes     int64
 	// YoungUnreferenced counts chunks no manifest references that were kept
@@ -40,11 +44,13 @@ type PruneResult struct {
 }
 
 // Prune keeps the opts.Keep newest complete steps and deletes the rest:
-// first the manifests of older steps, then the chunks that no remaining
-// manifest references and that are older than the safety window. Listing
-// the manifests again after deleting, and the window, make it safe to run
-// while uploads are in progress (docs/FORMAT.md). A manifest that cannot be
-// decoded protects no chunk.
+// first the manifests of older steps (every revision), and the superseded
+// revisions of the steps it keeps once the revision above them is older
+// than the safety window, then the chunks that no remaining manifest
+// references and that are older than the safety window. Listing the
+// manifests again after deleting, and the window, make it safe to run while
+// uploads and restores are in progress (docs/FORMAT.md). A manifest that
+// cannot be decoded protects no chunk.
 func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResult, error) {
 	if opts.Keep < 1 {
 		return nil, errors.New("checkpoint: prune: keep must be at least 1, or every checkpoint would be deleted")
@@ -94,38 +100,64 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 			oldestKept = g.step
 		}
 	}
-	if len(res.Kept) < opts.Keep {
-		log.Info("checkpoint: prune: fewer complete steps than to keep; nothing to delete", "complete", len(res.Kept), "keep", opts.Keep)
-		return res, nil
-	}
-
+	// deleted holds the manifests to delete, in order: for each rank, its
+	// lower revisions first, so that a reader never sees an older revision
+	// become a rank's highest while it is deleted.
+	var deleted []storage.ObjectInfo
+	enough := len(res.Kept) == opts.Keep
 	for _, g := range groups {
-		if g.step >= oldestKept {
-			continue
-		}
-		res.DeletedSteps = append(res.DeletedSteps, g.step)
-		// Rank 0 first: the step stops being complete with the first delete.
-		for r := range g.worldSize {
-			oi, ok := g.keys[r]
-			if !ok {
-				continue
-			}
-			if !opts.DryRun {
-				if err := deleteKey(ctx, s, oi.Key, backoff); err != nil {
-					return res, err
+		if enough && g.step < oldestKept {
+			res.DeletedSteps = append(res.DeletedSteps, g.step)
+			// Rank 0 first: the step stops being complete with its
+			// highest revision.
+			for r := range g.worldSize {
+				for _, rk := range g.older[r] {
+					deleted = append(deleted, rk.info)
+				}
+				if oi, ok := g.keys[r]; ok {
+					deleted = append(deleted, oi)
 				}
 			}
-			res.DeletedManifests++
+			continue
+		}
+		// A superseded revision goes once a revision above it was
+		// committed more than the window ago: a restore that chose it
+		// has long finished reading it (docs/FORMAT.md).
+		for r, older := range g.older {
+			above := g.keys[r].ModTime
+			for i := len(older) - 1; i >= 0; i-- {
+				if above.Before(cutoff) {
+					deleted = append(deleted, older[i].info)
+					res.DeletedRevisions++
+				}
+				if t := older[i].info.ModTime; t.Before(above) {
+					above = t
+				}
+			}
 		}
 	}
 	res.DeletedSteps = slices.Compact(res.DeletedSteps)
+	if !enough && len(deleted) == 0 {
+		log.Info("checkpoint: prune: fewer complete steps than to keep; nothing to delete", "complete", len(res.Kept), "keep", opts.Keep)
+		return res, nil
+	}
+	doomedKey := make(map[string]bool, len(deleted))
+	for _, oi := range deleted {
+		doomedKey[oi.Key] = true
+		if !opts.DryRun {
+			if err := deleteKey(ctx, s, oi.Key, backoff); err != nil {
+				return res, err
+			}
+		}
+		res.DeletedManifests++
+	}
 
 	// List again: manifests committed since the first listing protect
 	// their chunks too.
 	referenced := map[string]bool{}
 	err = retry(ctx, backoff, func() error {
 		return s.List(ctx, snapshotsPrefix, func(oi storage.ObjectInfo) error {
-			if step, _, _, ok := parseManifestKey(oi.Key); !ok || (opts.DryRun && step < oldestKept) {
+			if _, _, _, _, ok := parseManifestKey(oi.Key); !ok || doomedKey[oi.Key] {
 				return nil
 			}
 			if err := read(oi.Key); err != nil {
@@ -173,7 +205,7 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 		res.DeletedChunks++
 		res.DeletedBytes += oi.Size
 	}
-	log.Info("checkpoint: pruned", "kept", res.Kept, "deleted_steps", len(res.DeletedSteps),
+	log.Info("checkpoint: pruned", "kept", res.Kept, "deleted_steps", len(res.DeletedSteps), "deleted_revisions", res.DeletedRevisions,
 		"deleted_chunks", res.DeletedChunks, "deleted_bytes", res.DeletedBytes, "dry_run", opts.DryRun)
 	return res, nil
 }

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/storage/mem"
 )
@@ -17,7 +15,7 @@ import (
 const window = DefaultSafetyWindow
 
 func TestPruneKeepsNewest(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	ctx := context.Background()
 	clock := newFakeClock()
 	s := mem.New(mem.WithClock(clock.Now))
@@ -74,7 +72,7 @@ func TestPruneDuringUpload(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			defer goleak.VerifyNone(t)
+			defer verifyNone(t)
 			ctx := context.Background()
 			clock := newFakeClock()
 			inner := mem.New(mem.WithClock(clock.Now))
@@ -130,7 +128,7 @@ func TestPruneDuringUpload(t *testing.T) {
 // safety window may rely on chunks prune has since deleted; it must not
 // commit.
 func TestUploadTooSlowDoesNotCommit(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	clock := newFakeClock()
 	inner := mem.New(mem.WithClock(clock.Now))
 	f := &mem.FaultStore{Inner: inner}
@@ -140,7 +138,7 @@ func TestUploadTooSlowDoesNotCommit(t *testing.T) {
 	}
 	dir := t.TempDir()
 	writeTree(t, dir, sampleTree(1))
-	if _, err := newUploader(f, clock).Upload(context.Background(), dir, 1, 0, 1); err == nil || !strings.Contains(err.Error(), "safety window") {
+	if _, err := newUploader(f, clock).Upload(context.Background(), dir, Target{Step: 1, WorldSize: 1}); err == nil || !strings.Contains(err.Error(), "safety window") {
 		t.Errorf("slow Upload = %v, want a safety window error", err)
 	}
 	if m := storedKeys(t, inner, snapshotsPrefix); len(m) != 0 {

@@ -12,11 +12,13 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lifeboat-project/lifeboat/format"
 	"github.com/lifeboat-project/lifeboat/storage"
 )
 
@@ -32,6 +34,11 @@ type RestoreOptions struct {
 	// bytes written so far and the snapshot's total. It is called from
 	// several goroutines and must be safe for that; done only grows.
 	Progress func(done, total int64)
+	// SkipFormatCheck turns off the format checks (package format) of the
+	// restored files. By default a restored file that is not a whole file
+	// of its format makes the snapshot corrupt (ErrCorrupt), like a bad
+	// chunk: nothing is moved into place, and RestoreLatest falls back.
+	SkipFormatCheck bool
 }
 
 // Fallback records a snapshot RestoreLatest could not restore.
@@ -44,6 +51,7 @@ type Fallback struct {
 type RestoreResult struct {
 	Step     int64
 	Rank     int
+	Revision int // the revision of the step and rank restored: its highest
 	Manifest *Manifest
 	Files    int
 	Bytes    int64
@@ -51,35 +59,43 @@ type RestoreResult struct {
 	Fallbacks []Fallback
 }
 
-// Restore writes the snapshot of (step, rank) into dir.
+// Restore writes the snapshot of (step, rank) into dir: the highest
+// revision of rank's manifest at step.
 //
 // Every chunk is downloaded in parallel, its length and SHA-256 checked,
 // and written into a temporary directory inside dir (so that renames stay on
-// one filesystem even when dir is a mount point). Only when every file is
-// complete and synced are the files renamed into place, one by one; each
-// rename atomically replaces a file of the same path. Files in dir that the
-// snapshot does not contain are never touched. Before anything is renamed,
-// Restore checks that no target path is a directory or lies under a
+// one filesystem even when dir is a mount point). When every file is
+// complete and synced, and (unless opts.SkipFormatCheck) passes the format
+// checks of package format, the files are renamed into place, one by one;
+// each rename atomically replaces a file of the same path. Files in dir that
+// the snapshot does not contain are never touched. Before anything is
+// renamed, Restore checks that no target path is a directory or lies under a
 // symlink or non-directory, so the move cannot fail half way for those
 // reasons. On any earlier error dir is left exactly as it was and the
 // temporary directory is removed.
 //
-// Data errors (invalid manifest, missing, truncated or corrupt chunk) wrap
-// ErrCorrupt; a missing manifest wraps storage.ErrNotExist.
+// Data errors (invalid manifest, missing, truncated or corrupt chunk, a
+// file that is not whole) wrap ErrCorrupt; a missing manifest wraps
+// storage.ErrNotExist.
 func Restore(ctx context.Context, s storage.Store, step int64, rank int, dir string, opts RestoreOptions) (*RestoreResult, error) {
 	backoff := orDefaultBackoff(opts.Backoff)
 	key, err := findManifest(ctx, s, step, rank, opts.WorldSize, backoff)
 	if err != nil {
 		return nil, err
 	}
+	return restoreKey(ctx, s, key, dir, opts, backoff)
+}
+
+// restoreKey restores the snapshot whose manifest is at key.
+func restoreKey(ctx context.Context, s storage.Store, key, dir string, opts RestoreOptions, backoff Backoff) (*RestoreResult, error) {
 	m, err := readManifest(ctx, s, key, backoff)
 	if err != nil {
 		return nil, err
 	}
 	if err := restoreManifest(ctx, s, m, dir, opts, backoff); err != nil {
-		return nil, fmt.Errorf("checkpoint: restore step %d rank %d into %s: %w", step, rank, dir, err)
+		return nil, fmt.Errorf("checkpoint: restore step %d rank %d revision %d into %s: %w", m.Step, m.Rank, m.Revision, dir, err)
 	}
-	return &RestoreResult{Step: step, Rank: rank, Manifest: m, Files: len(m.Files), Bytes: m.Bytes()}, nil
+	return &RestoreResult{Step: m.Step, Rank: m.Rank, Revision: m.Revision, Manifest: m, Files: len(m.Files), Bytes: m.Bytes()}, nil
 }
 
 // RestoreLatest restores rank's snapshot of the newest complete step into
@@ -94,7 +110,8 @@ func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, o
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	steps, err := completeSteps(ctx, s, opts.WorldSize, orDefaultBackoff(opts.Backoff))
+	backoff := orDefaultBackoff(opts.Backoff)
+	steps, err := completeSteps(ctx, s, opts.WorldSize, backoff)
 	if err != nil {
 		return nil, err
 	}
@@ -103,9 +120,7 @@ func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, o
 		if rank >= g.worldSize {
 			continue
 		}
-		o := opts
-		o.WorldSize = g.worldSize
-		res, err := Restore(ctx, s, g.step, rank, dir, o)
+		res, err := restoreKey(ctx, s, g.keys[rank].Key, dir, opts, backoff)
 		if err == nil {
 			res.Fallbacks = fallbacks
 			return res, nil
@@ -127,12 +142,14 @@ func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, o
 	return &RestoreResult{Rank: rank, Fallbacks: fallbacks}, err
 }
 
-// findManifest returns the key of rank's manifest at step.
+// findManifest returns the key of the highest revision of rank's manifest
+// at step.
 func findManifest(ctx context.Context, s storage.Store, step int64, rank, worldSize int, backoff Backoff) (string, error) {
+	prefix := fmt.Sprintf("%srank-%05d-of-", stepPrefix(step), rank)
 	if worldSize > 0 {
-		return manifestKey(step, rank, worldSize), nil
+		prefix = rankPrefix(step, rank, worldSize)
 	}
-	groups, err := listSteps(ctx, s, fmt.Sprintf("%srank-%05d-of-", stepPrefix(step), rank), backoff)
+	groups, err := listSteps(ctx, s, prefix, backoff)
 	if err != nil {
 		return "", err
 	}
@@ -262,6 +279,11 @@ send:
 			return err
 		}
 	}
+	if !opts.SkipFormatCheck {
+		if err := checkRestored(ctx, tmp, m.Files, cmpOrInt(opts.Workers, DefaultDownloadWorkers)); err != nil {
+			return err
+		}
+	}
 	// The restored copy is complete: move it into place.
 	for _, mf := range m.Files {
 		rel := filepath.FromSlash(mf.Path)
@@ -278,6 +300,53 @@ send:
 		d.Close()
 	}
 	return nil
+}
+
+// checkRestored runs the format checks on the restored files under tmp, up
+// to workers at once. A file that is not whole is an error wrapping
+// ErrCorrupt and format.ErrTorn.
+func checkRestored(ctx context.Context, tmp string, files []File, workers int) error {
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = f.Path
+	}
+	if err := format.CheckSet(paths); err != nil {
+		return formatCorrupt("the snapshot's files", err)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	next := make(chan string)
+	var wg sync.WaitGroup
+	for range min(workers, runtime.GOMAXPROCS(0), len(files)) {
+		wg.Go(func() {
+			for p := range next {
+				if err := format.CheckFile(filepath.Join(tmp, filepath.FromSlash(p))); err != nil {
+					cancel(formatCorrupt(p, err))
+				}
+			}
+		})
+	}
+feed:
+	for _, f := range files {
+		select {
+		case next <- f.Path:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+// formatCorrupt is the error of restored files that failed a format check:
+// data the snapshot should not hold (ErrCorrupt) when they are not whole,
+// the failure to check them otherwise.
+func formatCorrupt(what string, err error) error {
+	if errors.Is(err, format.ErrTorn) {
+		return fmt.Errorf("%s: not whole after restore: %w: %w", what, err, ErrCorrupt)
+	}
+	return fmt.Errorf("%s: format check: %w", what, err)
 }
 
 // reserve gives the new, empty file f its final size, with its blocks

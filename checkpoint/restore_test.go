@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
 	"github.com/lifeboat-project/lifeboat/internal/testenv"
@@ -48,12 +47,12 @@ var corruptions = []corruption{
 		}
 	}},
 	{"garbled manifest", BadManifest, true, func(t *testing.T, s storage.Store, m *Manifest, _ string) {
-		key := manifestKey(m.Step, m.Rank, m.WorldSize)
+		key := manifestKey(m.Step, m.Rank, m.WorldSize, m.Revision)
 		b := getBytes(t, s, key)
 		putBytes(t, s, key, b[:len(b)/2])
 	}},
 	{"missing manifest", MissingManifest, false, func(t *testing.T, s storage.Store, m *Manifest, _ string) {
-		if err := s.Delete(context.Background(), manifestKey(m.Step, m.Rank, m.WorldSize)); err != nil {
+		if err := s.Delete(context.Background(), manifestKey(m.Step, m.Rank, m.WorldSize, m.Revision)); err != nil {
 			t.Fatal(err)
 		}
 	}},
@@ -63,7 +62,7 @@ var corruptions = []corruption{
 // chunk of it in turn (up to 8 spread over the snapshot), and checks that Verify names the damage and that
 // RestoreLatest restores the previous snapshot, every time.
 func TestCorruptionFallsBack(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	for _, c := range corruptions {
 		t.Run(c.name, func(t *testing.T) {
 			stores(t, func(t *testing.T, _ storage.Store) {
@@ -163,7 +162,7 @@ func checkDamage(t *testing.T, s storage.Store, c corruption, older tree) {
 // a failed restore leaves dir exactly as it was; a successful one replaces
 // the snapshot's files and keeps the others.
 func TestRestoreLeavesUserFilesUntilComplete(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	ctx := context.Background()
 	s := mem.New()
 	tr := sampleTree(5)
@@ -194,7 +193,7 @@ func TestRestoreLeavesUserFilesUntilComplete(t *testing.T) {
 }
 
 func TestRestoreRejectsEscapes(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	ctx := context.Background()
 	content := []byte("owned")
 	sum := hashOf(content)
@@ -203,7 +202,7 @@ func TestRestoreRejectsEscapes(t *testing.T) {
 			s := mem.New()
 			putBytes(t, s, chunkKey(sum), content)
 			raw := fmt.Sprintf(`{"format":1,"id":"0123456789abcdef","step":1,"rank":0,"world_size":1,"created":"2025-01-01T00:00:00Z","producer":"evil","chunk_size":5,"files":[{"path":%q,"size":5,"mode":420,"chunks":[{"sha256":%q,"size":5}]}]}`, p, sum)
-			putBytes(t, s, manifestKey(1, 0, 1), []byte(raw))
+			putBytes(t, s, manifestKey(1, 0, 1, 0), []byte(raw))
 			parent := t.TempDir()
 			dir := filepath.Join(parent, "ckpt")
 			if _, err := Restore(ctx, s, 1, 0, dir, RestoreOptions{}); !errors.Is(err, ErrCorrupt) {
@@ -228,7 +227,7 @@ func TestRestoreRejectsEscapes(t *testing.T) {
 }
 
 func TestRestoreLatestEmptyStore(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	_, err := RestoreLatest(context.Background(), mem.New(), 0, t.TempDir(), RestoreOptions{})
 	if !errors.Is(err, ErrNoCheckpoint) {
 		t.Errorf("RestoreLatest on an empty store = %v, want ErrNoCheckpoint", err)
@@ -236,10 +235,10 @@ func TestRestoreLatestEmptyStore(t *testing.T) {
 }
 
 func TestRestoreLatestAllCorrupt(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	s := mem.New()
 	upload(t, newUploader(s, nil), 1, 0, 1, tree{"a": []byte("a")})
-	putBytes(t, s, manifestKey(1, 0, 1), []byte("{"))
+	putBytes(t, s, manifestKey(1, 0, 1, 0), []byte("{"))
 	res, err := RestoreLatest(context.Background(), s, 0, t.TempDir(), RestoreOptions{Backoff: noWait})
 	if !errors.Is(err, ErrNoCheckpoint) || !errors.Is(err, ErrCorrupt) || len(res.Fallbacks) != 1 {
 		t.Errorf("RestoreLatest = %+v, %v; want ErrNoCheckpoint and ErrCorrupt with one fallback", res, err)
@@ -260,10 +259,10 @@ var _ io.ReadCloser = readerFunc(nil)
 // it was.
 func TestRestoreTooLargeForTheVolume(t *testing.T) {
 	testenv.RequireRoot(t)
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	ctx := context.Background()
 	inner := mem.New()
-	tr := tree{"model.pdparams": randomBytes(7, 3<<20), "model.pdopt": randomBytes(8, 3<<20)}
+	tr := tree{"model.pdparams": pickleOf(randomBytes(7, 3<<20)), "model.pdopt": pickleOf(randomBytes(8, 3<<20))}
 	upload(t, newUploader(inner, nil), 1, 0, 1, tr)
 
 	small := t.TempDir()

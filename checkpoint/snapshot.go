@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,18 +16,21 @@ import (
 // restored). A trainer then starts from scratch.
 var ErrNoCheckpoint = errors.New("no complete checkpoint")
 
-// RankInfo describes one rank's manifest of a step.
+// RankInfo describes one rank's manifest of a step: its highest revision.
 type RankInfo struct {
-	Rank    int
-	Key     string
-	ID      string    // the manifest's id; empty when Err is set
-	Created time.Time // from the manifest; the object's ModTime when Err is set
-	Bytes   int64
-	Files   int
-	Err     error // the manifest could not be read or is invalid
+	Rank     int
+	Key      string
+	Revision int       // the revision of the manifest at Key
+	Counter  bool      // the manifest is a counter checkpoint's (Target.Counter)
+	ID       string    // the manifest's id; empty when Err is set
+	Created  time.Time // from the manifest; the object's ModTime when Err is set
+	Bytes    int64
+	Files    int
+	Err      error // the manifest could not be read or is invalid
 }
 
-// Snapshot describes one step of a job of WorldSize ranks.
+// Snapshot describes one step of a job of WorldSize ranks: for each rank,
+// its highest revision.
 type Snapshot struct {
 	Step      int64
 	WorldSize int
@@ -36,42 +40,85 @@ type Snapshot struct {
 	Complete bool
 	Created  time.Time // newest Created of the ranks
 	Bytes    int64     // file bytes of all ranks
+	Revision int       // highest revision of the ranks
+	Counter  bool      // a rank's manifest is a counter checkpoint's
+}
+
+// revisionKey is one revision's manifest key, as listed.
+type revisionKey struct {
+	revision int
+	info     storage.ObjectInfo
 }
 
 // stepGroup is the manifest keys of one step for one world size.
 type stepGroup struct {
 	step      int64
 	worldSize int
-	keys      map[int]storage.ObjectInfo // by rank
+	keys      map[int]storage.ObjectInfo // by rank: its highest revision
+	revisions map[int]int                // by rank: the revision in keys
+	older     map[int][]revisionKey      // by rank: lower revisions, ascending
 }
 
 func (g *stepGroup) complete() bool { return len(g.keys) == g.worldSize }
 
+// revision is the highest revision of the group's ranks.
+func (g *stepGroup) revision() int {
+	rev := 0
+	for _, r := range g.revisions {
+		rev = max(rev, r)
+	}
+	return rev
+}
+
+// add records a listed manifest key of the group's step and world size.
+func (g *stepGroup) add(rank, revision int, oi storage.ObjectInfo) {
+	cur, ok := g.keys[rank]
+	switch {
+	case !ok:
+		g.keys[rank], g.revisions[rank] = oi, revision
+	case revision > g.revisions[rank]:
+		g.older[rank] = append(g.older[rank], revisionKey{g.revisions[rank], cur})
+		g.keys[rank], g.revisions[rank] = oi, revision
+	default:
+		g.older[rank] = append(g.older[rank], revisionKey{revision, oi})
+	}
+}
+
 // listSteps groups the manifest keys by (step, world size), in ascending
-// step order. Keys that are not manifest keys are ignored.
+// order of step and then world size, each rank with its highest revision.
+// Keys that are not manifest keys are ignored.
 func listSteps(ctx context.Context, s storage.Store, prefix string, backoff Backoff) ([]*stepGroup, error) {
 	var groups []*stepGroup
 	err := retry(ctx, backoff, func() error {
 		groups = nil
 		byKey := make(map[[2]int64]*stepGroup)
 		return s.List(ctx, prefix, func(oi storage.ObjectInfo) error {
-			step, rank, n, ok := parseManifestKey(oi.Key)
+			step, rank, n, rev, ok := parseManifestKey(oi.Key)
 			if !ok {
 				return nil
 			}
 			g := byKey[[2]int64{step, int64(n)}]
 			if g == nil {
-				g = &stepGroup{step: step, worldSize: n, keys: make(map[int]storage.ObjectInfo)}
+				g = &stepGroup{step: step, worldSize: n, keys: make(map[int]storage.ObjectInfo),
+					revisions: make(map[int]int), older: make(map[int][]revisionKey)}
 				byKey[[2]int64{step, int64(n)}] = g
 				groups = append(groups, g)
 			}
-			g.keys[rank] = oi
+			g.add(rank, rev, oi)
 			return nil
 		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: list %s in %s: %w", prefix, s, err)
 	}
+	for _, g := range groups {
+		for _, older := range g.older {
+			slices.SortFunc(older, func(a, b revisionKey) int { return cmp.Compare(a.revision, b.revision) })
+		}
+	}
+	slices.SortFunc(groups, func(a, b *stepGroup) int {
+		return cmp.Or(cmp.Compare(a.step, b.step), cmp.Compare(a.worldSize, b.worldSize))
+	})
 	return groups, nil
 }
 
@@ -106,7 +153,7 @@ func Latest(ctx context.Context, s storage.Store, worldSize int) (int64, error) 
 }
 
 // List describes every step in the store, oldest first, reading each
-// manifest (for lifeboat ls). A manifest that cannot be decoded is reported
+// rank's highest revision (for lifeboat ls). A manifest that cannot be decoded is reported
 // in its RankInfo.Err, not as List's error.
 func List(ctx context.Context, s storage.Store) ([]Snapshot, error) {
 	backoff := DefaultBackoff()
@@ -123,7 +170,7 @@ func List(ctx context.Context, s storage.Store) ([]Snapshot, error) {
 			if !ok {
 				continue
 			}
-			ri := RankInfo{Rank: r, Key: oi.Key, Created: oi.ModTime}
+			ri := RankInfo{Rank: r, Key: oi.Key, Revision: g.revisions[r], Created: oi.ModTime}
 			m, err := readManifest(ctx, s, oi.Key, backoff)
 			switch {
 			case errors.Is(err, ErrCorrupt) || errors.Is(err, storage.ErrNotExist):
@@ -132,8 +179,10 @@ func List(ctx context.Context, s storage.Store) ([]Snapshot, error) {
 				return nil, err
 			default:
 				valid++
-				ri.ID, ri.Created, ri.Bytes, ri.Files = m.ID, m.Created, m.Bytes(), len(m.Files)
+				ri.ID, ri.Created, ri.Bytes, ri.Files, ri.Counter = m.ID, m.Created, m.Bytes(), len(m.Files), m.Counter
 			}
+			snap.Revision = max(snap.Revision, ri.Revision)
+			snap.Counter = snap.Counter || ri.Counter
 			snap.Ranks = append(snap.Ranks, ri)
 			snap.Bytes += ri.Bytes
 			if ri.Created.After(snap.Created) {
@@ -147,7 +196,7 @@ func List(ctx context.Context, s storage.Store) ([]Snapshot, error) {
 }
 
 // readManifest gets, decodes and validates the manifest at key, and checks
-// that it names the step, rank and world size its key does. Invalid data
+// that it names the step, rank, world size and revision its key does. Invalid data
 // wraps ErrCorrupt; a missing key wraps storage.ErrNotExist.
 func readManifest(ctx context.Context, s storage.Store, key string, backoff Backoff) (*Manifest, error) {
 	var data []byte
@@ -167,8 +216,8 @@ func readManifest(ctx context.Context, s storage.Store, key string, backoff Back
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: read manifest %s: %w", key, err)
 	}
-	if step, rank, n, ok := parseManifestKey(key); !ok || m.Step != step || m.Rank != rank || m.WorldSize != n {
-		return nil, fmt.Errorf("checkpoint: read manifest %s: it says step %d rank %d of %d: %w", key, m.Step, m.Rank, m.WorldSize, ErrCorrupt)
+	if step, rank, n, rev, ok := parseManifestKey(key); !ok || m.Step != step || m.Rank != rank || m.WorldSize != n || m.Revision != rev {
+		return nil, fmt.Errorf("checkpoint: read manifest %s: it says step %d rank %d of %d revision %d: %w", key, m.Step, m.Rank, m.WorldSize, m.Revision, ErrCorrupt)
 	}
 	return m, nil
 }

@@ -8,19 +8,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"log/slog"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/lifeboat-project/lifeboat/format"
 	"github.com/lifeboat-project/lifeboat/storage"
 )
 
@@ -72,6 +67,15 @@ type Uploader struct {
 	Clock        Clock        // default time.Now
 	Producer     string       // recorded in the manifest, default "lifeboat"
 	Log          *slog.Logger // default: discard
+	// SkipFormatCheck turns off the format checks of package format. By
+	// default every file read is checked (its header, and every byte of a
+	// pickle in the reading pass) with the snapshot's set of paths, and an
+	// upload with a file that is not whole fails with ErrInterrupted.
+	SkipFormatCheck bool
+
+	// beforeOpen, when set (tests), runs before each open of a file to
+	// read it, between its stat and its open.
+	beforeOpen func(rel string)
 
 	mu    sync.Mutex
 	known map[fileID][]Chunk // files committed by this Uploader, by identity
@@ -132,6 +136,7 @@ func (u *Uploader) Validate() error {
 type UploadResult struct {
 	Manifest *Manifest
 	Key      string // the manifest's key
+	Revision int    // the manifest's revision of its step and rank
 	Files    int
 	Bytes    int64 // all file bytes of the snapshot
 	Chunks   int
@@ -139,75 +144,59 @@ type UploadResult struct {
 	// stored (by this or an earlier snapshot) that were not Put again.
 	UploadedBytes, DedupedBytes   int64
 	UploadedChunks, DedupedChunks int
-	// Skipped lists entries that are not regular files (symlinks, devices,
-	// sockets): the snapshot does not contain them.
+	// Skipped lists entries that are not regular files (symlinks, FIFOs,
+	// sockets, devices): the snapshot does not contain them.
 	Skipped []string
-	// AlreadyCommitted is true when the same files were already committed
-	// under this step and rank (a retried upload); nothing was overwritten.
+	// AlreadyCommitted is true when a revision of this step and rank with
+	// the same files was already committed (a retried upload); nothing was
+	// written.
 	AlreadyCommitted bool
 	// ReusedFiles counts files this Uploader had committed before, unchanged
-	// since (size, modification and change time, inode), whose chunks were
-	// reused without reading them again.
+	// since (device, inode, size, modification and change time), whose
+	// chunks were reused without reading them again.
 	ReusedFiles int
+	// Reread counts the times a file that changed while it was read was
+	// read again from its start.
+	Reread int
 }
 
-type localFile struct {
-	rel     string
-	abs     string
-	size    int64
-	mode    fs.FileMode
-	modTime time.Time
-	ino     uint64
-	ctime   int64 // status change time, ns: moves on every write, rename or chmod
-}
-
-// fileID is what the file system says about a file's content: when all of
-// it is unchanged, so are the bytes (the same rule as restic's and rsync's
-// quick check; the change time, which no user call can set back, guards it).
-type fileID struct {
-	abs          string
-	size         int64
-	mtime, ctime int64
-	ino          uint64
-}
-
-func (f localFile) id() fileID {
-	return fileID{abs: f.abs, size: f.size, mtime: f.modTime.UnixNano(), ctime: f.ctime, ino: f.ino}
-}
-
-// fileStat fills the identity fields of f from fi.
-func fileStat(f *localFile, fi fs.FileInfo) {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		f.ino = st.Ino
-		f.ctime = st.Ctim.Nano()
-	}
-}
+// maxRereads is how many times one upload reads a file again that changed
+// while it was read, before it fails with ErrChanged.
+const maxRereads = 2
 
 type uploadJob struct {
 	file, chunk int
+	attempt     int // the file's read attempt the chunk belongs to
 	buf         []byte
 }
 
-// Upload stores the regular files under dir as the snapshot of (step, rank)
-// of a job of worldSize ranks. It streams each file in chunks through a
-// bounded number of buffers, hashes each chunk once, Puts the chunks the
-// store does not already hold (fresh enough to survive Prune), and only when
-// every chunk is stored writes the manifest, create-only. On any error no
-// manifest is written. Files must not change while they are read: a file
-// whose size or modification time changes fails the upload.
-func (u *Uploader) Upload(ctx context.Context, dir string, step int64, rank, worldSize int) (*UploadResult, error) {
-	return u.upload(ctx, dir, nil, step, rank, worldSize, true)
+// Upload stores the regular files under dir as the snapshot of target. It
+// streams each file in chunks through a bounded number of buffers, hashes
+// each chunk once, Puts the chunks the store does not already hold (fresh
+// enough to survive Prune), and only when every chunk is stored writes the
+// manifest, create-only, as the next revision of the step and rank when
+// one with other files is committed already. On any error no manifest is
+// written.
+//
+// Files are opened without following symlinks and must be the regular
+// files scanned, unchanged until read to the end; a file that changed is
+// read again from its start, at most twice, and then the upload fails with
+// ErrChanged. Unless SkipFormatCheck is set, a file that is not a whole
+// file of its format (package format) fails the upload with
+// ErrInterrupted.
+func (u *Uploader) Upload(ctx context.Context, dir string, target Target) (*UploadResult, error) {
+	return u.upload(ctx, dir, nil, target, true)
 }
 
 // UploadFiles is Upload of only the given files under dir: slash-separated
 // paths relative to dir, which the manifest records as they are. It is how
 // one checkpoint among others in the trainer's directory is stored with the
 // paths it has there, so that a restore puts it back in the same place.
-func (u *Uploader) UploadFiles(ctx context.Context, dir string, paths []string, step int64, rank, worldSize int) (*UploadResult, error) {
+func (u *Uploader) UploadFiles(ctx context.Context, dir string, paths []string, target Target) (*UploadResult, error) {
 	if len(paths) == 0 {
-		return nil, fmt.Errorf("checkpoint: upload step %d from %s: no files", step, dir)
+		return nil, fmt.Errorf("checkpoint: upload %s from %s: no files", target, dir)
 	}
-	return u.upload(ctx, dir, paths, step, rank, worldSize, true)
+	return u.upload(ctx, dir, paths, target, true)
 }
 
 // FinalUploadFiles is UploadFiles for the last upload after a stop signal,
@@ -219,11 +208,11 @@ func (u *Uploader) UploadFiles(ctx context.Context, dir string, paths []string, 
 // and the age rule that keeps reused chunks safe from Prune applies as in
 // any upload (docs/FORMAT.md). Before this Uploader has listed once, it
 // lists.
-func (u *Uploader) FinalUploadFiles(ctx context.Context, dir string, paths []string, step int64, rank, worldSize int) (*UploadResult, error) {
+func (u *Uploader) FinalUploadFiles(ctx context.Context, dir string, paths []string, target Target) (*UploadResult, error) {
 	if len(paths) == 0 {
-		return nil, fmt.Errorf("checkpoint: upload step %d from %s: no files", step, dir)
+		return nil, fmt.Errorf("checkpoint: upload %s from %s: no files", target, dir)
 	}
-	return u.upload(ctx, dir, paths, step, rank, worldSize, false)
+	return u.upload(ctx, dir, paths, target, false)
 }
 
 // storeIndex returns a copy of what is known of the store's chunks: a new
@@ -258,12 +247,12 @@ func (u *Uploader) stored(sum string, t time.Time) {
 	}
 }
 
-func (u *Uploader) upload(ctx context.Context, dir string, paths []string, step int64, rank, worldSize int, list bool) (*UploadResult, error) {
+func (u *Uploader) upload(ctx context.Context, dir string, paths []string, target Target, list bool) (*UploadResult, error) {
 	if err := u.Validate(); err != nil {
 		return nil, err
 	}
-	if step < 0 || worldSize < 1 || worldSize > MaxWorldSize || rank < 0 || rank >= worldSize {
-		return nil, fmt.Errorf("checkpoint: upload step %d rank %d of %d: invalid step, rank or world size", step, rank, worldSize)
+	if err := target.Validate(); err != nil {
+		return nil, fmt.Errorf("checkpoint: upload from %s: %w", dir, err)
 	}
 	chunkSize := cmp.Or(u.ChunkSize, DefaultChunkSize)
 	workers := cmp.Or(u.Workers, DefaultUploadWorkers)
@@ -291,8 +280,20 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, step 
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range skipped {
-		log.Warn("checkpoint: not a regular file, left out of the snapshot", "path", s, "dir", dir)
+	if len(skipped) > 0 {
+		log.Warn("checkpoint.skipped_special", "paths", skipped, "count", len(skipped))
+	}
+	if !u.SkipFormatCheck {
+		rels := make([]string, len(files))
+		for i, f := range files {
+			rels[i] = f.rel
+		}
+		if err := format.CheckSet(rels); err != nil {
+			if !errors.Is(err, format.ErrTorn) {
+				return nil, fmt.Errorf("checkpoint: upload %s: format check: %w", dir, err)
+			}
+			return nil, fmt.Errorf("checkpoint: upload %s: %w: %w", dir, ErrInterrupted, err)
+		}
 	}
 	// Chunks stored before start whose age exceeds reuseAge may be pruned
 	// before this upload commits: they are Put again (docs/FORMAT.md).
@@ -302,10 +303,11 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, step 
 		return nil, err
 	}
 
-	res := &UploadResult{Files: len(files), Skipped: skipped}
+	res := &UploadResult{Skipped: skipped}
 	var (
 		mu       sync.Mutex
 		chunks   = make([][]Chunk, len(files))
+		attempts = make([]int, len(files)) // the read attempt chunks[i] is of
 		seen     = make(map[string]bool)
 		upBytes  atomic.Int64
 		dupBytes atomic.Int64
@@ -332,25 +334,52 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, step 
 			}
 		}
 	}
+	check := readCheck{format: !u.SkipFormatCheck}
 	wg.Go(func() {
 		defer close(jobs)
-		for i, f := range files {
+		for i := range files {
 			if reused[i] {
 				continue
 			}
-			if err := readChunks(ctx, f, chunkSize, pool, func(buf []byte) {
+			for attempt := 0; ; attempt++ {
 				mu.Lock()
-				chunks[i] = append(chunks[i], Chunk{Size: int64(len(buf))})
-				j := len(chunks[i]) - 1
+				chunks[i], attempts[i] = nil, attempt
 				mu.Unlock()
-				select {
-				case jobs <- uploadJob{file: i, chunk: j, buf: buf}:
-				case <-ctx.Done():
-					pool <- buf
+				if u.beforeOpen != nil {
+					u.beforeOpen(files[i].rel)
 				}
-			}); err != nil {
-				cancel(err)
-				return
+				rerr := readChunks(ctx, dir, files[i], chunkSize, pool, check, func(buf []byte) {
+					mu.Lock()
+					chunks[i] = append(chunks[i], Chunk{Size: int64(len(buf))})
+					j := len(chunks[i]) - 1
+					mu.Unlock()
+					select {
+					case jobs <- uploadJob{file: i, chunk: j, attempt: attempt, buf: buf}:
+					case <-ctx.Done():
+						pool <- buf
+					}
+				})
+				if rerr == nil {
+					break
+				}
+				if !errors.Is(rerr, ErrChanged) || ctx.Err() != nil {
+					cancel(rerr)
+					return
+				}
+				if attempt == maxRereads {
+					cancel(fmt.Errorf("%w; read %d times, it changed each time; it is uploaded once the trainer has finished writing it", rerr, attempt+1))
+					return
+				}
+				f, err := restat(dir, files[i])
+				if err != nil {
+					cancel(err)
+					return
+				}
+				log.Info("checkpoint.reread", "path", files[i].rel, "why", rerr.Error())
+				files[i] = f
+				mu.Lock()
+				res.Reread++
+				mu.Unlock()
 			}
 		}
 	})
@@ -360,6 +389,9 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, step 
 				err := u.storeChunk(ctx, job, backoff, func(sum string) (skip bool) {
 					mu.Lock()
 					defer mu.Unlock()
+					if attempts[job.file] != job.attempt {
+						return true // the file changed: this read of it is void
+					}
 					chunks[job.file][job.chunk].SHA256 = sum
 					if seen[sum] {
 						return true
@@ -392,13 +424,14 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, step 
 	res.UploadedBytes, res.DedupedBytes = upBytes.Load(), dupBytes.Load()
 	res.UploadedChunks, res.DedupedChunks = int(upN.Load()), int(dupN.Load())
 	if elapsed := clock().Sub(start); elapsed > window/4 {
-		return nil, fmt.Errorf("checkpoint: upload step %d rank %d: took %s, over a quarter of the %s safety window; not committing because prune may have removed reused chunks; upload again or raise the safety window of both upload and prune", step, rank, elapsed, window)
+		return nil, fmt.Errorf("checkpoint: upload %s: took %s, over a quarter of the %s safety window; not committing because prune may have removed reused chunks; upload again or raise the safety window of both upload and prune", target, elapsed, window)
 	}
 
 	m := &Manifest{
-		Format: FormatVersion, ID: newID(), Step: step, Rank: rank, WorldSize: worldSize,
-		Created: start.UTC(), Producer: cmp.Or(u.Producer, "lifeboat"), ChunkSize: int64(chunkSize),
+		Format: FormatVersion, ID: newID(), Step: target.Step, Rank: target.Rank, WorldSize: target.WorldSize,
+		Counter: target.Counter, Created: start.UTC(), Producer: cmp.Or(u.Producer, "lifeboat"), ChunkSize: int64(chunkSize),
 	}
+	res.Files = len(files)
 	for i, f := range files {
 		m.Files = append(m.Files, File{Path: f.rel, Size: f.size, Mode: uint32(f.mode.Perm()), Chunks: chunks[i]})
 		if chunks[i] == nil {
@@ -407,30 +440,23 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, step 
 		res.Chunks += len(chunks[i])
 		res.Bytes += f.size
 	}
-	data, err := m.Encode()
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	c, err := u.commit(ctx, m, backoff)
 	if err != nil {
 		return nil, err
 	}
-	key := manifestKey(step, rank, worldSize)
-	res.Manifest, res.Key = m, key
-	err = retry(ctx, backoff, func() error {
-		_, err := u.Store.Put(ctx, key, bytes.NewReader(data), int64(len(data)), storage.PutOptions{IfNotExists: true})
-		return err
-	})
-	if errors.Is(err, storage.ErrExists) {
-		old, gerr := readManifest(ctx, u.Store, key, backoff)
-		if gerr == nil && slices.EqualFunc(old.Files, m.Files, equalFile) {
-			res.Manifest, res.AlreadyCommitted = old, true
-			u.remember(files, m)
-			return res, nil
-		}
-		return nil, fmt.Errorf("checkpoint: commit %s: a different snapshot of step %d rank %d is already committed; steps are immutable: %w", key, step, rank, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: commit %s: %w", key, err)
-	}
+	res.Manifest, res.Key, res.Revision, res.AlreadyCommitted = c.manifest, c.key, c.manifest.Revision, c.already
 	u.remember(files, m)
-	log.Info("checkpoint: committed", "key", key, "files", res.Files, "bytes", res.Bytes,
+	if c.already {
+		return res, nil
+	}
+	if res.Revision > 0 {
+		log.Info("checkpoint.revised", "step", target.Step, "rank", target.Rank, "revision", res.Revision,
+			"why", "the step's files changed after it was committed")
+	}
+	log.Info("checkpoint: committed", "key", res.Key, "files", res.Files, "bytes", res.Bytes,
 		"uploaded", res.UploadedBytes, "deduped", res.DedupedBytes, "reused_files", res.ReusedFiles)
 	return res, nil
 }
@@ -455,134 +481,6 @@ func (u *Uploader) storeChunk(ctx context.Context, job uploadJob, backoff Backof
 	u.stored(sum, begun)
 	done(true)
 	return nil
-}
-
-// readChunks reads f in chunks of chunkSize into buffers taken from pool and
-// hands each to send, which owns it from then on. It fails if f changed
-// since it was scanned, or changes while it is read.
-func readChunks(ctx context.Context, f localFile, chunkSize int, pool chan []byte, send func([]byte)) error {
-	fh, err := os.Open(f.abs)
-	if err != nil {
-		return fmt.Errorf("checkpoint: upload %s: %w", f.abs, err)
-	}
-	defer fh.Close()
-	var total int64
-	for {
-		var buf []byte
-		select {
-		case buf = <-pool:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-		if buf == nil {
-			buf = make([]byte, chunkSize)
-		}
-		n, err := io.ReadFull(fh, buf[:chunkSize])
-		if n > 0 {
-			total += int64(n)
-			send(buf[:n])
-		} else {
-			pool <- buf
-		}
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("checkpoint: upload %s: read: %w", f.abs, err)
-		}
-	}
-	fi, err := fh.Stat()
-	if err != nil {
-		return fmt.Errorf("checkpoint: upload %s: %w", f.abs, err)
-	}
-	if total != f.size || fi.Size() != f.size || !fi.ModTime().Equal(f.modTime) {
-		return fmt.Errorf("checkpoint: upload %s: file changed while it was uploaded (size %d, read %d, now %d); upload only checkpoints the trainer has finished writing", f.abs, f.size, total, fi.Size())
-	}
-	return nil
-}
-
-// scanDir lists the regular files under dir, sorted by relative slash path,
-// and the other entries it leaves out.
-// statFiles is scanDir for a given list of paths relative to dir.
-func statFiles(dir string, paths []string) (files []localFile, skipped []string, err error) {
-	if len(paths) > MaxFiles {
-		return nil, nil, fmt.Errorf("checkpoint: %d files under %s, over the %d limit", len(paths), dir, MaxFiles)
-	}
-	seen := make(map[string]bool, len(paths))
-	for _, rel := range paths {
-		if err := CheckPath(rel); err != nil {
-			return nil, nil, fmt.Errorf("checkpoint: file %q under %s: %w", rel, dir, err)
-		}
-		if seen[rel] {
-			continue
-		}
-		seen[rel] = true
-		abs := filepath.Join(dir, filepath.FromSlash(rel))
-		fi, err := os.Lstat(abs)
-		if err != nil {
-			return nil, nil, fmt.Errorf("checkpoint: stat %s: %w", abs, err)
-		}
-		if !fi.Mode().IsRegular() {
-			skipped = append(skipped, rel)
-			continue
-		}
-		lf := localFile{rel: rel, abs: abs, size: fi.Size(), mode: fi.Mode(), modTime: fi.ModTime()}
-		fileStat(&lf, fi)
-		files = append(files, lf)
-	}
-	slices.SortFunc(files, func(a, b localFile) int { return strings.Compare(a.rel, b.rel) })
-	return files, skipped, nil
-}
-
-func scanDir(dir string) (files []localFile, skipped []string, err error) {
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if p == dir {
-			if !d.IsDir() {
-				return fmt.Errorf("%s is not a directory", dir)
-			}
-			return nil
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		if strings.HasPrefix(d.Name(), tempPrefix) {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		switch {
-		case d.IsDir():
-			return nil
-		case !d.Type().IsRegular():
-			skipped = append(skipped, rel)
-			return nil
-		}
-		if err := CheckPath(rel); err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		lf := localFile{rel: rel, abs: p, size: fi.Size(), mode: fi.Mode(), modTime: fi.ModTime()}
-		fileStat(&lf, fi)
-		files = append(files, lf)
-		return nil
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("checkpoint: scan %s: %w", dir, err)
-	}
-	if len(files) > MaxFiles {
-		return nil, nil, fmt.Errorf("checkpoint: scan %s: %d files, over the %d limit", dir, len(files), MaxFiles)
-	}
-	slices.SortFunc(files, func(a, b localFile) int { return strings.Compare(a.rel, b.rel) })
-	return files, skipped, nil
 }
 
 // loadIndex lists the stored chunks with their modification times.

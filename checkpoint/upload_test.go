@@ -14,14 +14,12 @@ import (
 	"sync"
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/storage/mem"
 )
 
 func TestRoundTrip(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	stores(t, func(t *testing.T, s storage.Store) {
 		ctx := context.Background()
 		tr := sampleTree(1)
@@ -57,7 +55,7 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestUploadDedupe(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	stores(t, func(t *testing.T, s storage.Store) {
 		u := newUploader(s, nil)
 		tr := sampleTree(2)
@@ -90,7 +88,7 @@ func TestUploadDedupe(t *testing.T) {
 }
 
 func TestUploadDuplicateChunksInOneSnapshot(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	s := mem.New()
 	zeros := make([]byte, 10*testChunk)
 	res := upload(t, newUploader(s, nil), 1, 0, 1, tree{"a": zeros, "b": zeros})
@@ -105,7 +103,7 @@ func TestUploadDuplicateChunksInOneSnapshot(t *testing.T) {
 }
 
 func TestUploadSkipsNonRegularFiles(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	s := mem.New()
 	dir := t.TempDir()
 	writeTree(t, dir, tree{"a": []byte("a")})
@@ -116,29 +114,12 @@ func TestUploadSkipsNonRegularFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeTree(t, filepath.Join(dir, tempPrefix+"x"), tree{"junk": []byte("junk")})
-	res, err := newUploader(s, nil).Upload(context.Background(), dir, 1, 0, 1)
+	res, err := newUploader(s, nil).Upload(context.Background(), dir, Target{Step: 1, WorldSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(res.Manifest.Files) != 1 || res.Manifest.Files[0].Path != "a" || len(res.Skipped) != 1 || res.Skipped[0] != "latest" {
 		t.Errorf("files %+v skipped %v; want only a, skipping latest", res.Manifest.Files, res.Skipped)
-	}
-}
-
-func TestUploadIsIdempotentAndStepsImmutable(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	s := mem.New()
-	u := newUploader(s, nil)
-	tr := sampleTree(3)
-	first := upload(t, u, 5, 0, 1, tr)
-	again := upload(t, u, 5, 0, 1, tr)
-	if !again.AlreadyCommitted || again.Manifest.ID != first.Manifest.ID {
-		t.Errorf("re-upload of the same files: AlreadyCommitted %v id %s, want true and %s", again.AlreadyCommitted, again.Manifest.ID, first.Manifest.ID)
-	}
-	dir := t.TempDir()
-	writeTree(t, dir, sampleTree(4))
-	if _, err := u.Upload(context.Background(), dir, 5, 0, 1); !errors.Is(err, storage.ErrExists) {
-		t.Errorf("upload of other files to a committed step = %v, want ErrExists", err)
 	}
 }
 
@@ -158,7 +139,7 @@ func TestUploadInvalidArguments(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := tt.u.Upload(context.Background(), t.TempDir(), tt.step, tt.rank, tt.n); err == nil {
+			if _, err := tt.u.Upload(context.Background(), t.TempDir(), Target{Step: tt.step, Rank: tt.rank, WorldSize: tt.n}); err == nil {
 				t.Error("Upload succeeded")
 			}
 		})
@@ -166,7 +147,7 @@ func TestUploadInvalidArguments(t *testing.T) {
 }
 
 func TestMultiRank(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	stores(t, func(t *testing.T, s storage.Store) {
 		ctx := context.Background()
 		u := newUploader(s, nil)
@@ -213,32 +194,32 @@ func TestMultiRank(t *testing.T) {
 // TestUploadFiles stores one checkpoint among others with the paths it has
 // in the trainer's directory, and a restore puts it back there.
 func TestUploadFiles(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	stores(t, func(t *testing.T, s storage.Store) {
 		ctx := context.Background()
 		src := t.TempDir()
 		writeTree(t, src, tree{
-			"step-1/model.pdparams": randomBytes(1, 1000),
-			"step-2/model.pdparams": randomBytes(2, 3000),
-			"step-2/opt.pdopt":      randomBytes(3, 10),
+			"step-1/model.pdparams": pickleOf(randomBytes(1, 1000)),
+			"step-2/model.pdparams": pickleOf(randomBytes(2, 3000)),
+			"step-2/opt.pdopt":      pickleOf(randomBytes(3, 10)),
 			"notes.txt":             []byte("not part of it"),
 		})
 		u := newUploader(s, nil)
-		res, err := u.UploadFiles(ctx, src, []string{"step-2/opt.pdopt", "step-2/model.pdparams", "step-2/opt.pdopt"}, 2, 0, 1)
+		res, err := u.UploadFiles(ctx, src, []string{"step-2/opt.pdopt", "step-2/model.pdparams", "step-2/opt.pdopt"}, Target{Step: 2, WorldSize: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Files != 2 || res.Bytes != 3010 {
-			t.Errorf("uploaded %d files, %d bytes; want 2, 3010", res.Files, res.Bytes)
+		if res.Files != 2 || res.Bytes != 3010+2*12 {
+			t.Errorf("uploaded %d files, %d bytes; want 2, %d", res.Files, res.Bytes, 3010+2*12)
 		}
 		dst := t.TempDir()
 		if _, err := Restore(ctx, s, 2, 0, dst, RestoreOptions{Backoff: noWait}); err != nil {
 			t.Fatal(err)
 		}
-		checkTree(t, dst, tree{"step-2/model.pdparams": randomBytes(2, 3000), "step-2/opt.pdopt": randomBytes(3, 10)})
+		checkTree(t, dst, tree{"step-2/model.pdparams": pickleOf(randomBytes(2, 3000)), "step-2/opt.pdopt": pickleOf(randomBytes(3, 10))})
 
 		for _, bad := range [][]string{nil, {"../escape"}, {"/abs"}, {"step-9/missing"}} {
-			if _, err := u.UploadFiles(ctx, src, bad, 3, 0, 1); err == nil {
+			if _, err := u.UploadFiles(ctx, src, bad, Target{Step: 3, WorldSize: 1}); err == nil {
 				t.Errorf("UploadFiles(%q) succeeded", bad)
 			}
 		}
@@ -256,21 +237,21 @@ func TestUploadFiles(t *testing.T) {
 // rewritten with the same size and its old modification time is read
 // again (its change time moved), and its new bytes are what is stored.
 func TestUnchangedFilesAreNotReadAgain(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	ctx := context.Background()
 	s := mem.New()
 	dir := t.TempDir()
 	tr := sampleTree(7)
 	writeTree(t, dir, tr)
 	u := newUploader(s, nil)
-	first, err := u.Upload(ctx, dir, 1, 0, 1)
+	first, err := u.Upload(ctx, dir, Target{Step: 1, WorldSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if first.ReusedFiles != 0 {
 		t.Errorf("first upload reused %d files", first.ReusedFiles)
 	}
-	second, err := u.Upload(ctx, dir, 2, 0, 1)
+	second, err := u.Upload(ctx, dir, Target{Step: 2, WorldSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +274,7 @@ func TestUnchangedFilesAreNotReadAgain(t *testing.T) {
 	if err := os.Chtimes(p, fi.ModTime(), fi.ModTime()); err != nil {
 		t.Fatal(err)
 	}
-	third, err := u.Upload(ctx, dir, 3, 0, 1)
+	third, err := u.Upload(ctx, dir, Target{Step: 3, WorldSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +289,7 @@ func TestUnchangedFilesAreNotReadAgain(t *testing.T) {
 	checkTree(t, out, tr)
 
 	// A fresh Uploader (a new process) reads everything again.
-	fresh, err := newUploader(s, nil).Upload(ctx, dir, 4, 0, 1)
+	fresh, err := newUploader(s, nil).Upload(ctx, dir, Target{Step: 4, WorldSize: 1})
 	if err != nil || fresh.ReusedFiles != 0 || fresh.UploadedBytes != 0 {
 		t.Errorf("fresh uploader: %+v, %v; want every file read and deduped", fresh, err)
 	}
@@ -318,7 +299,7 @@ func TestUnchangedFilesAreNotReadAgain(t *testing.T) {
 // SHA-256, the CRC32C of the same bytes, for the store to check the
 // transfer against.
 func TestChunksCarryTheirCRC32C(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNone(t)
 	var mu sync.Mutex
 	chunks := 0
 	s := &mem.FaultStore{Inner: mem.New()}

@@ -87,6 +87,7 @@ type VerifyOptions struct {
 type VerifyReport struct {
 	Step       int64
 	WorldSize  int
+	Revision   int // the highest revision of the ranks' manifests checked
 	Manifests  int // manifests that decoded
 	Chunks     int // distinct chunks referenced
 	ChunksRead int // chunks downloaded and hashed
@@ -97,8 +98,8 @@ type VerifyReport struct {
 // OK reports whether no problem was found.
 func (r *VerifyReport) OK() bool { return len(r.Problems) == 0 }
 
-// Verify checks the snapshot of step: every rank has a manifest that
-// decodes, every chunk exists with the right size, and the chunks in
+// Verify checks the snapshot of step, each rank's highest revision: every
+// rank has a manifest that decodes, every chunk exists with the right size, and the chunks in
 // opts.ReadData have the right content. Problems are reported in the
 // report; the error is for failures to check (store unreachable, ctx).
 func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions) (*VerifyReport, error) {
@@ -122,6 +123,7 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 	for _, g := range groups {
 		if g.worldSize == rep.WorldSize {
 			keys = g.keys
+			rep.Revision = g.revision()
 		}
 	}
 	chunks := map[string]int64{} // sum -> size
@@ -133,11 +135,12 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 		mu.Unlock()
 	}
 	for r := range rep.WorldSize {
-		key := manifestKey(step, r, rep.WorldSize)
-		if _, ok := keys[r]; !ok {
-			problem(Problem{MissingManifest, key, fmt.Sprintf("rank %d of %d has no manifest", r, rep.WorldSize)})
+		oi, ok := keys[r]
+		if !ok {
+			problem(Problem{MissingManifest, manifestKey(step, r, rep.WorldSize, 0), fmt.Sprintf("rank %d of %d has no manifest", r, rep.WorldSize)})
 			continue
 		}
+		key := oi.Key
 		m, err := readManifest(ctx, s, key, backoff)
 		switch {
 		case errors.Is(err, ErrCorrupt) || errors.Is(err, storage.ErrNotExist):

@@ -154,7 +154,7 @@ func runRound(ctx context.Context, o options, self string, i int) (round, error)
 	u := &checkpoint.Uploader{Store: st, Producer: "ckptbench"}
 	for step, secs := range []*float64{&r.first, &r.second} {
 		t0 := time.Now()
-		res, err := u.Upload(ctx, ckpt, int64(step+1), 0, 1)
+		res, err := u.Upload(ctx, ckpt, checkpoint.Target{Step: int64(step + 1), WorldSize: 1})
 		if err != nil {
 			return r, err
 		}

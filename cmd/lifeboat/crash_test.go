@@ -244,7 +244,7 @@ func runCrashTrial(t *testing.T, sk storeKind, tr crashTrial, timing *crashTimin
 	seedDir := filepath.Join(root, "seed")
 	prev := crashCkpt{step: 1, files: writeCrashFiles(t, filepath.Join(seedDir, prevSub), prevSub, sizes(), tag(1))}
 	u := &checkpoint.Uploader{Store: s, Producer: "crash test"}
-	if _, err := u.UploadFiles(context.Background(), seedDir, slices.Sorted(maps.Keys(prev.files)), prev.step, 0, 1); err != nil {
+	if _, err := u.UploadFiles(context.Background(), seedDir, slices.Sorted(maps.Keys(prev.files)), checkpoint.Target{Step: prev.step, WorldSize: 1}); err != nil {
 		t.Fatalf("commit the previous checkpoint: %v", err)
 	}
 	// The new one, staged where the trainer copies it from.

@@ -1,0 +1,101 @@
+package checkpoint
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/lifeboat-project/lifeboat/storage"
+)
+
+// maxCommitTries bounds how often a commit lists the revisions again after
+// another writer created the revision it was about to create.
+const maxCommitTries = 8
+
+// committed is the outcome of a commit.
+type committed struct {
+	key      string
+	manifest *Manifest // the manifest at key
+	already  bool      // another upload had committed the same files
+}
+
+// commit writes m, create-only, as the next revision of its step and rank:
+// revision 0 when the step and rank have none, one more than the highest
+// otherwise. When a revision with the same files is committed already,
+// that one stands and nothing is written. When another writer creates the
+// revision first, commit lists again and takes the next number.
+func (u *Uploader) commit(ctx context.Context, m *Manifest, backoff Backoff) (committed, error) {
+	prefix := rankPrefix(m.Step, m.Rank, m.WorldSize)
+	differ := map[string]bool{} // revisions read and found to hold other files
+	for range maxCommitTries {
+		revs, err := listRevisions(ctx, u.Store, prefix, backoff)
+		if err != nil {
+			return committed{}, err
+		}
+		next := 0
+		if len(revs) > 0 {
+			next = revs[len(revs)-1].revision + 1
+		}
+		for _, rk := range slices.Backward(revs) {
+			if differ[rk.info.Key] {
+				continue
+			}
+			old, err := readManifest(ctx, u.Store, rk.info.Key, backoff)
+			switch {
+			case errors.Is(err, storage.ErrNotExist) || errors.Is(err, ErrCorrupt):
+				// Pruned since the listing, or unreadable: not these files.
+			case err != nil:
+				return committed{}, err
+			case slices.EqualFunc(old.Files, m.Files, equalFile):
+				// old.ID == m.ID: this upload's own Put, retried after
+				// its answer was lost.
+				return committed{key: rk.info.Key, manifest: old, already: old.ID != m.ID}, nil
+			}
+			differ[rk.info.Key] = true
+		}
+		if next > MaxRevision {
+			return committed{}, fmt.Errorf("checkpoint: commit step %d rank %d: it has %d revisions already, the most there can be", m.Step, m.Rank, MaxRevision+1)
+		}
+		m.Revision = next
+		data, err := m.Encode()
+		if err != nil {
+			return committed{}, err
+		}
+		key := manifestKey(m.Step, m.Rank, m.WorldSize, next)
+		err = retry(ctx, backoff, func() error {
+			_, err := u.Store.Put(ctx, key, bytes.NewReader(data), int64(len(data)), storage.PutOptions{IfNotExists: true})
+			return err
+		})
+		if errors.Is(err, storage.ErrExists) {
+			continue // another writer took this revision: list again
+		}
+		if err != nil {
+			return committed{}, fmt.Errorf("checkpoint: commit %s: %w", key, err)
+		}
+		return committed{key: key, manifest: m}, nil
+	}
+	return committed{}, fmt.Errorf("checkpoint: commit step %d rank %d: other writers took the next revision %d times in a row; upload again", m.Step, m.Rank, maxCommitTries)
+}
+
+// listRevisions lists the manifest keys under prefix (a rankPrefix), by
+// ascending revision.
+func listRevisions(ctx context.Context, s storage.Store, prefix string, backoff Backoff) ([]revisionKey, error) {
+	var revs []revisionKey
+	err := retry(ctx, backoff, func() error {
+		revs = revs[:0]
+		return s.List(ctx, prefix, func(oi storage.ObjectInfo) error {
+			if _, _, _, rev, ok := parseManifestKey(oi.Key); ok {
+				revs = append(revs, revisionKey{rev, oi})
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: list %s in %s: %w", prefix, s, err)
+	}
+	slices.SortFunc(revs, func(a, b revisionKey) int { return cmp.Compare(a.revision, b.revision) })
+	return revs, nil
+}
