@@ -1,0 +1,232 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lifeboat-project/lifeboat/signals"
+)
+
+// Config says what to run and how to stop it. The zero value of every field
+// but Argv is usable; Validate reports what is wrong.
+type Config struct {
+	// Argv is the command and its arguments, passed to the child untouched.
+	Argv []string
+	// Env is the child's environment; nil means lifeboat's own.
+	Env []string
+	// Grace is the budget from the first stop signal (or the main child's
+	// exit, for what is left of the tree) until everything still alive is
+	// SIGKILLed. Default 30s, the Kubernetes default.
+	Grace time.Duration
+	// StopSignals start the grace deadline. Default TERM and INT. The first
+	// one is also what lifeboat sends to descendants still running after
+	// the main child exits.
+	StopSignals []unix.Signal
+	// Rewrite maps a received signal to the one delivered.
+	Rewrite signals.Rewrite
+	// ChildOnly sends signals to the direct child instead of its group.
+	ChildOnly bool
+	// PreemptExitCode is lifeboat's exit code when it received a stop signal
+	// and the child then exited 0. Zero means the default, 143;
+	// PreemptChild keeps the child's 0.
+	PreemptExitCode int
+	// TerminationLog is where one line saying why lifeboat stopped is
+	// written. TerminationLogCreate creates it when missing; otherwise it is
+	// written only when it already exists (as /dev/termination-log does in a
+	// Kubernetes container).
+	TerminationLog       string
+	TerminationLogCreate bool
+
+	// Log receives lifeboat's events. Default: discard.
+	Log *slog.Logger
+	// Signals, when set, replaces signal.Notify (tests). Run otherwise
+	// subscribes to every signal before it spawns the child, so none that
+	// arrives during start-up is lost.
+	Signals <-chan os.Signal
+	// Kill sends signals (tests record them). Default unix.Kill.
+	Kill signals.KillFunc
+	// ProcRoot is where processes are listed. Default "/proc".
+	ProcRoot string
+	// Clock returns the current time. Default time.Now.
+	Clock func() time.Time
+
+	// Reserve, when set, is asked at the first stop signal how much of the
+	// grace budget to keep for after the trainer's tree has exited (the
+	// final checkpoint upload), and why. The tree is SIGKILLed at
+	// stop + Grace - reserve instead of stop + Grace. The reserve is capped
+	// at half the grace, so the trainer always gets the other half to save.
+	Reserve func() (time.Duration, string)
+	// AfterExit, when set, runs once the main child and every descendant
+	// are gone, before Run returns: the final checkpoint upload. Its context
+	// ends at the grace deadline (less ExitMargin) after a stop signal, or
+	// after AfterExitTimeout when the trainer exited on its own. A second
+	// SIGINT cancels it. An error is logged, written to the termination
+	// log, and turns a clean exit 0 into CodeFlushFailed.
+	AfterExit        func(ctx context.Context, stopped bool) error
+	AfterExitTimeout time.Duration // default Grace
+
+	// MaxRuntime, when set, stops the trainer exactly as a preemption would
+	// once it has run this long (clusters that reclaim jobs older than 72h),
+	// so the last checkpoint is saved and committed and the pod is retried.
+	MaxRuntime time.Duration
+	// Notices delivers cloud preemption notices. Each sends NoticeSignal to
+	// the trainer (default: the first stop signal) and pulls the grace
+	// deadline in to the notice's deadline (less ExitMargin).
+	Notices      <-chan Notice
+	NoticeSignal unix.Signal
+	// Restart restarts a crashed trainer in place.
+	Restart RestartPolicy
+	// BeforeRestart, when set, runs between a crash and the restart (with
+	// the trainer's tree gone): it commits what the trainer completed and
+	// restores the newest committed checkpoint, and returns environment
+	// variables to set for the new trainer.
+	BeforeRestart func(ctx context.Context, attempt int) ([]string, error)
+
+	// OnStop, when set, is told when a stop begins or its deadline moves:
+	// the end of the grace budget (metrics show the budget left).
+	OnStop func(end time.Time)
+	// OnRestart, when set, is told of each restart and why: "exit_code" or
+	// "signal".
+	OnRestart func(reason string)
+
+	// Memory, when set, puts the trainer in its own memory cgroup and
+	// counts OOM kills there (limits/memory in production).
+	Memory Memory
+	// OnOOMKill, when set, is told of each OOM kill in the trainer's cgroup.
+	OnOOMKill func()
+
+	// OnReap, when set, is told of every process lifeboat reaps (the
+	// trainer and each orphan of its tree): its pid, how it ended and when.
+	// The checkpoint pipeline tells an interrupted save from a whole one by
+	// it. It runs in the supervision loop and must not block.
+	OnReap func(pid int, status unix.WaitStatus, at time.Time)
+	// BeforeKill, when set, runs just before the trainer's tree is
+	// SIGKILLed (the grace deadline, or a second SIGINT): a file still open
+	// for writing then is an interrupted save. It must not block.
+	BeforeKill func()
+}
+
+// Memory is what the supervisor needs of the trainer's memory cgroup.
+type Memory interface {
+	// Spawn runs start (which forks the trainer and returns its pid) so
+	// that the trainer is in its cgroup from its first instruction.
+	Spawn(start func() (int, error)) (int, error)
+	// OOMKillCount is the number of OOM kills in the trainer's cgroup so
+	// far, as the kernel counts them (before it sends the SIGKILL).
+	OOMKillCount() (uint64, error)
+	// OOMKills delivers one value per OOM kill (it may lag the kill).
+	OOMKills() <-chan struct{}
+	// Describe says what the limit is, for the log and termination message.
+	Describe() string
+}
+
+// Notice is a cloud provider's warning that the machine goes away.
+type Notice struct {
+	Source   string    // "aws", "gcp", ...
+	Deadline time.Time // when the machine goes away; zero if unknown
+	Detail   string
+}
+
+// RestartPolicy says when a trainer that exited on its own is started
+// again in the same container.
+type RestartPolicy struct {
+	// OnFailure restarts a trainer that exited non-zero (or was killed by a
+	// signal) without lifeboat having stopped it: NCCL timeouts, segfaults.
+	OnFailure bool
+	Max       int           // restarts allowed; 0 means none
+	Backoff   time.Duration // wait before the first restart, doubled each time (max 5m)
+}
+
+// ExitMargin is kept free at the end of the grace budget so that lifeboat
+// exits by itself before the kubelet's SIGKILL.
+const ExitMargin = 500 * time.Millisecond
+
+// CodeFlushFailed is lifeboat's exit code when the trainer exited 0 on its
+// own but its last checkpoint could not be made durable (EX_TEMPFAIL): the
+// pod fails and is retried rather than reporting success with the result
+// lost.
+const CodeFlushFailed = 75
+
+// DefaultGrace is Kubernetes' default terminationGracePeriodSeconds.
+const DefaultGrace = 30 * time.Second
+
+// DefaultPreemptExitCode is 128+SIGTERM: what a pod killed by SIGTERM would
+// report, which Jobs and training operators treat as a retryable failure.
+const DefaultPreemptExitCode = 143
+
+// killWait bounds how long lifeboat waits for SIGKILLed processes to be
+// reaped (a process in uninterruptible sleep may take a while) before it
+// exits anyway: PID 1 must never hang.
+const killWait = 10 * time.Second
+
+// reapInterval is a safety net: the loop also reaps on this period in case
+// a SIGCHLD was coalesced away while the channel was full.
+const reapInterval = time.Second
+
+func (c *Config) setDefaults() {
+	if c.Grace == 0 {
+		c.Grace = DefaultGrace
+	}
+	if len(c.StopSignals) == 0 {
+		c.StopSignals = []unix.Signal{unix.SIGTERM, unix.SIGINT}
+	}
+	if c.PreemptExitCode == 0 {
+		c.PreemptExitCode = DefaultPreemptExitCode
+	}
+	if c.Rewrite == nil {
+		c.Rewrite = signals.Rewrite{}
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Kill == nil {
+		c.Kill = unix.Kill
+	}
+	if c.ProcRoot == "" {
+		c.ProcRoot = "/proc"
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.AfterExitTimeout == 0 {
+		c.AfterExitTimeout = c.Grace
+	}
+	if c.NoticeSignal == 0 {
+		c.NoticeSignal = c.StopSignals[0]
+	}
+}
+
+// Validate reports the first thing wrong with c, as a sentence naming the
+// flag and its environment variable.
+func (c *Config) Validate() error {
+	if len(c.Argv) == 0 {
+		return errors.New("no command given: put it after --, as in `lifeboat run -- python train.py`")
+	}
+	if c.Grace < 0 {
+		return fmt.Errorf("--grace (LIFEBOAT_GRACE) is %s; it must be positive, for example 30s", c.Grace)
+	}
+	if c.PreemptExitCode != PreemptChild && (c.PreemptExitCode < 0 || c.PreemptExitCode > 255) {
+		return fmt.Errorf("--preempt-exit-code (LIFEBOAT_PREEMPT_EXIT_CODE) is %d; it must be 0..255 or \"child\"", c.PreemptExitCode)
+	}
+	for _, s := range c.StopSignals {
+		if !signals.Forwardable(s) {
+			return fmt.Errorf("--stop-signals (LIFEBOAT_STOP_SIGNALS) names %s, which lifeboat cannot receive or forward", signals.Name(s))
+		}
+	}
+	if c.MaxRuntime < 0 {
+		return fmt.Errorf("--max-runtime (LIFEBOAT_MAX_RUNTIME) is %s; it must be positive, for example 72h", c.MaxRuntime)
+	}
+	if c.Restart.Max < 0 || c.Restart.Backoff < 0 {
+		return errors.New("--max-restarts (LIFEBOAT_MAX_RESTARTS) and --restart-backoff (LIFEBOAT_RESTART_BACKOFF) must not be negative")
+	}
+	if c.Restart.OnFailure && c.Restart.Max == 0 {
+		return errors.New("--restart on-failure needs --max-restarts (LIFEBOAT_MAX_RESTARTS) of at least 1")
+	}
+	return nil
+}
