@@ -145,3 +145,83 @@ func TestUploadTooSlowDoesNotCommit(t *testing.T) {
 		t.Errorf("slow upload committed %v", m)
 	}
 }
+
+// TestPruneRevisions: a deleted step loses every revision; a kept step
+// loses a superseded revision once a revision above it is older than the
+// safety window, and its chunks then go by the unreferenced-chunk rule.
+func TestPruneRevisions(t *testing.T) {
+	defer verifyNone(t)
+	ctx := context.Background()
+	clock := newFakeClock()
+	s := mem.New(mem.WithClock(clock.Now))
+	u := newUploader(s, clock)
+	upload(t, u, 1, 0, 1, sampleTree(51))
+	upload(t, u, 1, 0, 1, sampleTree(52)) // step 1 revision 1
+	upload(t, u, 2, 0, 1, sampleTree(53))
+	r0 := upload(t, u, 3, 0, 1, sampleTree(54))
+	r1 := upload(t, u, 3, 0, 1, sampleTree(55))
+	clock.Advance(window / 2)
+	newest := sampleTree(56)
+	r2 := upload(t, u, 3, 0, 1, newest)
+	clock.Advance(window/2 + time.Minute)
+	firstChunk := func(r *UploadResult) string {
+		for _, f := range r.Manifest.Files {
+			if f.Path == "model.pdparams" {
+				return chunkKey(f.Chunks[0].SHA256)
+			}
+		}
+		t.Fatal("no model.pdparams")
+		return ""
+	}
+	exists := func(key string) bool {
+		_, err := s.Stat(ctx, key)
+		return err == nil
+	}
+
+	opts := PruneOptions{Keep: 2, Clock: clock.Now, Backoff: noWait}
+	dryOpts := opts
+	dryOpts.DryRun = true
+	dry, err := Prune(ctx, s, dryOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Revision 0 of step 3 goes: revision 1 above it is older than the
+	// window. Revision 1 stays: revision 2, the only one above it, is not.
+	res, err := Prune(ctx, s, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Kept, []int64{3, 2}) || !slices.Equal(res.DeletedSteps, []int64{1}) ||
+		res.DeletedManifests != 3 || res.DeletedRevisions != 1 || res.DeletedChunks == 0 {
+		t.Errorf("Prune = %+v", res)
+	}
+	if dry.DeletedManifests != res.DeletedManifests || dry.DeletedRevisions != res.DeletedRevisions || dry.DeletedChunks != res.DeletedChunks {
+		t.Errorf("dry run %+v differs from the prune %+v", dry, res)
+	}
+	want := []string{manifestKey(2, 0, 1, 0), manifestKey(3, 0, 1, 1), manifestKey(3, 0, 1, 2)}
+	if got := storedKeys(t, s, snapshotsPrefix); !slices.Equal(got, want) {
+		t.Errorf("manifests left %v, want %v", got, want)
+	}
+	if exists(firstChunk(r0)) || !exists(firstChunk(r1)) || !exists(firstChunk(r2)) {
+		t.Errorf("chunks of revisions 0, 1, 2 present: %v %v %v; want false true true", exists(firstChunk(r0)), exists(firstChunk(r1)), exists(firstChunk(r2)))
+	}
+	out := t.TempDir()
+	if rr, err := RestoreLatest(ctx, s, 0, out, RestoreOptions{Backoff: noWait}); err != nil || rr.Step != 3 || rr.Revision != 2 {
+		t.Fatalf("RestoreLatest = %+v, %v", rr, err)
+	}
+	checkTree(t, out, newest)
+
+	// Later, with more steps to keep than there are: no step goes, but
+	// revision 1 of step 3 does now.
+	clock.Advance(window)
+	res, err = Prune(ctx, s, PruneOptions{Keep: 5, Clock: clock.Now, Backoff: noWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.DeletedSteps) != 0 || res.DeletedRevisions != 1 || res.DeletedManifests != 1 || exists(firstChunk(r1)) || !exists(firstChunk(r2)) {
+		t.Errorf("second Prune = %+v; revision 1's chunk present %v", res, exists(firstChunk(r1)))
+	}
+	if rep, err := Verify(ctx, s, 3, VerifyOptions{ReadData: Subset{1, 1}, Backoff: noWait}); err != nil || !rep.OK() || rep.Revision != 2 {
+		t.Errorf("Verify step 3 = %+v, %v", rep, err)
+	}
+}
