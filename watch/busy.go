@@ -67,3 +67,70 @@ func writable(fdinfo string) bool {
 	}
 	return true
 }
+
+// OpenForWrite returns the files under Dir (slash-separated, relative to
+// it) that some process other than lifeboat holds open for writing now.
+// A file still open for writing when its writer is killed is an interrupted
+// save.
+func (w *Watcher) OpenForWrite() map[string]bool {
+	return openForWrite(w.cfg.ProcRoot, w.cfg.Dir, w.self)
+}
+
+// WritersVisible reports whether processes that could write checkpoints
+// can be seen at all: whether ProcRoot shows a process, other than
+// lifeboat and its ancestors (the launcher: a shell, tini, the pause
+// process), whose open files (its fd directory) lifeboat may read.
+// It is false for a sidecar in its own PID namespace, and for an
+// unprivileged lifeboat next to a trainer of another user; a file open for
+// writing then cannot be told, and the caller should set
+// Config.WritersInvisible. It says what is true now: while no trainer runs
+// (before it starts, after it ended) it is false as well.
+func (w *Watcher) WritersVisible() bool {
+	ents, err := os.ReadDir(w.cfg.ProcRoot)
+	if err != nil {
+		return false
+	}
+	skip := ancestors(w.cfg.ProcRoot, w.self)
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || skip[pid] {
+			continue
+		}
+		if _, err := os.ReadDir(filepath.Join(w.cfg.ProcRoot, e.Name(), "fd")); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// ancestors returns pid and the pids of its parents as ProcRoot shows them.
+func ancestors(procRoot string, pid int) map[int]bool {
+	out := map[int]bool{}
+	for pid > 0 && !out[pid] {
+		out[pid] = true
+		pid = parent(procRoot, pid)
+	}
+	return out
+}
+
+// parent reads pid's parent from its stat file; 0 when unknown.
+func parent(procRoot string, pid int) int {
+	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return 0
+	}
+	return ppid
+}

@@ -23,9 +23,10 @@ var DefaultStepPattern = regexp.MustCompile(`(\d+)\D*$`)
 
 // File is one regular file under the watched directory.
 type File struct {
-	Path    string // slash-separated, relative to the watched directory
-	Size    int64
-	ModTime time.Time
+	Path       string // slash-separated, relative to the watched directory
+	Size       int64
+	ModTime    time.Time
+	ChangeTime time.Time // the inode's ctime (zero where not read)
 }
 
 // Candidate is one checkpoint as seen in one scan.
@@ -38,7 +39,7 @@ type Candidate struct {
 	Dir   string
 	Files []File
 	// Step is the step from the marker or the name; HasStep is false when
-	// neither gives one and a counter must.
+	// neither gives one and Watcher.Number must.
 	Step    int64
 	HasStep bool
 	// Marker is true for a marker checkpoint.
@@ -55,21 +56,34 @@ func (c *Candidate) Bytes() int64 {
 }
 
 // Fingerprint changes whenever a file of the candidate is added, removed,
-// resized or rewritten.
+// resized or rewritten, even in place with its size and modification time
+// set back (the change time moves).
 func (c *Candidate) Fingerprint() string {
 	h := sha256.New()
 	for _, f := range c.Files {
-		fmt.Fprintf(h, "%s\x00%d\x00%d\n", f.Path, f.Size, f.ModTime.UnixNano())
+		fmt.Fprintf(h, "%s\x00%d\x00%d\x00%d\n", f.Path, f.Size, nanos(f.ModTime), nanos(f.ChangeTime))
 	}
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// newest is the latest modification time among the candidate's files.
-func (c *Candidate) newest() time.Time {
+// nanos is t in Unix nanoseconds, 0 for the zero time.
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// LastChange is the latest modification or change time among the
+// candidate's files.
+func (c *Candidate) LastChange() time.Time {
 	var t time.Time
 	for _, f := range c.Files {
 		if f.ModTime.After(t) {
 			t = f.ModTime
+		}
+		if f.ChangeTime.After(t) {
+			t = f.ChangeTime
 		}
 	}
 	return t
@@ -78,56 +92,22 @@ func (c *Candidate) newest() time.Time {
 // Group sorts the files of one scan into candidates, following the
 // precedence in the package comment. markerSteps maps each directory that
 // holds the marker to the step written in it (a marker without a valid step
-// maps to -1 and the name or a counter decides). Files are relative to the
-// watched directory; the marker files themselves are left out.
+// maps to -1 and the name, or Watcher.Number, decides). Files are relative
+// to the watched directory; the marker files themselves are left out.
 func Group(files []File, marker string, markerSteps map[string]int64, pattern *regexp.Regexp) []Candidate {
+	g := newGrouper(markerSteps, pattern)
 	byID := map[string]*Candidate{}
-	get := func(id, dir string) *Candidate {
-		c := byID[id]
-		if c == nil {
-			c = &Candidate{ID: id, Dir: dir}
-			byID[id] = c
-		}
-		return c
-	}
-	// Marker directories, deepest first so nested markers win.
-	markerDirs := make([]string, 0, len(markerSteps))
-	for d := range markerSteps {
-		markerDirs = append(markerDirs, d)
-	}
-	sort.Slice(markerDirs, func(i, j int) bool { return len(markerDirs[i]) > len(markerDirs[j]) })
-
 	for _, f := range files {
 		if path.Base(f.Path) == marker {
 			continue
 		}
-		if d, ok := underAny(f.Path, markerDirs); ok {
-			c := get("marker:"+d, d)
-			c.Marker = true
-			c.Files = append(c.Files, rel(f, d))
-			if s := markerSteps[d]; s >= 0 {
-				c.Step, c.HasStep = s, true
-			} else if s, ok := stepOf(path.Base(d), pattern); ok && d != "" {
-				c.Step, c.HasStep = s, true
-			}
-			continue
+		k := g.of(f.Path)
+		c := byID[k.ID]
+		if c == nil {
+			c = &Candidate{ID: k.ID, Dir: k.Dir, Step: k.Step, HasStep: k.HasStep, Marker: k.Marker}
+			byID[k.ID] = c
 		}
-		if top, _, nested := strings.Cut(f.Path, "/"); nested {
-			c := get("dir:"+top, top)
-			c.Files = append(c.Files, rel(f, top))
-			if s, ok := stepOf(top, pattern); ok {
-				c.Step, c.HasStep = s, true
-			}
-			continue
-		}
-		if s, ok := stepOf(f.Path, pattern); ok {
-			c := get("files:"+strconv.FormatInt(s, 10), "")
-			c.Files = append(c.Files, f)
-			c.Step, c.HasStep = s, true
-			continue
-		}
-		c := get("files:", "")
-		c.Files = append(c.Files, f)
+		c.Files = append(c.Files, rel(f, k.Dir))
 	}
 	out := make([]Candidate, 0, len(byID))
 	for _, c := range byID {
@@ -144,6 +124,44 @@ func Group(files []File, marker string, markerSteps map[string]int64, pattern *r
 		return out[i].ID < out[j].ID
 	})
 	return out
+}
+
+// grouper says which candidate a path belongs to.
+type grouper struct {
+	markerSteps map[string]int64
+	markerDirs  []string // deepest first, so nested markers win
+	pattern     *regexp.Regexp
+}
+
+func newGrouper(markerSteps map[string]int64, pattern *regexp.Regexp) *grouper {
+	g := &grouper{markerSteps: markerSteps, pattern: pattern}
+	for d := range markerSteps {
+		g.markerDirs = append(g.markerDirs, d)
+	}
+	sort.Slice(g.markerDirs, func(i, j int) bool { return len(g.markerDirs[i]) > len(g.markerDirs[j]) })
+	return g
+}
+
+// of returns the candidate (without files) that the file at p belongs to.
+func (g *grouper) of(p string) Candidate {
+	if d, ok := underAny(p, g.markerDirs); ok {
+		c := Candidate{ID: "marker:" + d, Dir: d, Marker: true}
+		if s := g.markerSteps[d]; s >= 0 {
+			c.Step, c.HasStep = s, true
+		} else if s, ok := stepOf(path.Base(d), g.pattern); ok && d != "" {
+			c.Step, c.HasStep = s, true
+		}
+		return c
+	}
+	if top, _, nested := strings.Cut(p, "/"); nested {
+		c := Candidate{ID: "dir:" + top, Dir: top}
+		c.Step, c.HasStep = stepOf(top, g.pattern)
+		return c
+	}
+	if s, ok := stepOf(p, g.pattern); ok {
+		return Candidate{ID: "files:" + strconv.FormatInt(s, 10), Step: s, HasStep: true}
+	}
+	return Candidate{ID: "files:"}
 }
 
 // underAny returns the first of dirs that contains p ("" contains all).

@@ -12,12 +12,25 @@ import (
 // (restores in progress); scans skip them.
 const internalPrefix = ".lifeboat-"
 
-// scanDir lists the regular files under dir (symlinks and other special
-// files are skipped: a checkpoint is regular files) and the directories that
-// hold marker, with the step each marker names.
-func scanDir(dir, marker string) ([]File, map[string]int64, error) {
-	var files []File
-	markers := map[string]int64{}
+// listing is what one walk of the watched directory found.
+type listing struct {
+	files    []File           // regular files, not excluded, markers left out
+	markers  map[string]int64 // directory holding a marker -> its step
+	specials []special        // symlinks, FIFOs, sockets, devices, not excluded
+}
+
+// special is a file that is not a regular file.
+type special struct {
+	path string // slash-separated, relative to the watched directory
+	mode fs.FileMode
+}
+
+// scanDir lists the regular files under dir that no exclude pattern
+// matches, the special files (a checkpoint is regular files: these are
+// reported, never part of one) and the directories that hold marker, with
+// the step each marker names.
+func scanDir(dir, marker string, exclude []string) (listing, error) {
+	l := listing{markers: map[string]int64{}}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if p != dir && os.IsNotExist(err) {
@@ -25,14 +38,17 @@ func scanDir(dir, marker string) ([]File, map[string]int64, error) {
 			}
 			return err
 		}
+		if p == dir {
+			return nil
+		}
 		name := d.Name()
-		if p != dir && strings.HasPrefix(name, internalPrefix) && name != marker {
+		if strings.HasPrefix(name, internalPrefix) && name != marker {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}
 			return nil
 		}
-		if !d.Type().IsRegular() {
+		if d.IsDir() {
 			return nil
 		}
 		rel, err := filepath.Rel(dir, p)
@@ -40,7 +56,7 @@ func scanDir(dir, marker string) ([]File, map[string]int64, error) {
 			return err
 		}
 		rel = filepath.ToSlash(rel)
-		if name == marker {
+		if name == marker && d.Type().IsRegular() {
 			b, err := os.ReadFile(p)
 			if err != nil {
 				return nil // removed while walking
@@ -49,18 +65,42 @@ func scanDir(dir, marker string) ([]File, map[string]int64, error) {
 			if d == "." {
 				d = ""
 			}
-			markers[d] = ParseMarkerStep(b)
+			l.markers[d] = ParseMarkerStep(b)
+			return nil
+		}
+		if excluded(exclude, rel) {
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			l.specials = append(l.specials, special{path: rel, mode: d.Type()})
 			return nil
 		}
 		info, err := d.Info()
 		if err != nil {
-			return nil
+			return nil // removed while walking
 		}
-		files = append(files, File{Path: rel, Size: info.Size(), ModTime: info.ModTime()})
+		l.files = append(l.files, File{Path: rel, Size: info.Size(), ModTime: info.ModTime(), ChangeTime: changeTime(info)})
 		return nil
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("watch: scan %s: %w", dir, err)
+		return listing{}, fmt.Errorf("watch: scan %s: %w", dir, err)
 	}
-	return files, markers, nil
+	return l, nil
+}
+
+// typeName names a special file's type for the log.
+func typeName(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	case m&fs.ModeNamedPipe != 0:
+		return "fifo"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeCharDevice != 0:
+		return "char device"
+	case m&fs.ModeDevice != 0:
+		return "block device"
+	}
+	return "irregular file"
 }
