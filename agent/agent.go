@@ -47,8 +47,17 @@ type Config struct {
 	// AssumedThroughput is used for the grace reserve until an upload has
 	// been measured, in bytes per second. Default 50 MB/s.
 	AssumedThroughput float64
-	Log               *slog.Logger
-	Clock             func() time.Time
+	// Settle is the watcher's settle time: a file that changed less than
+	// this before a process of the trainer died abnormally is an
+	// interrupted save (unless a format check covers it). Default
+	// watch.DefaultSettle.
+	Settle time.Duration
+	// VerifyFormat says the uploader checks file formats (pickle, zip,
+	// safetensors), so such files are judged by their check, not by when
+	// a process died.
+	VerifyFormat bool
+	Log          *slog.Logger
+	Clock        func() time.Time
 }
 
 // Stats is what the agent has done so far.
@@ -56,6 +65,7 @@ type Stats struct {
 	Commits         int       // checkpoints committed (or found already committed)
 	Failures        int       // failed upload attempts
 	Superseded      int       // checkpoints skipped because a newer one was complete
+	Interrupted     int       // checkpoints never stored because their save was cut short
 	LastStep        int64     // step of the last commit, -1 before any
 	LastCommit      time.Time // when it was committed
 	UploadedBytes   int64     // chunk bytes Put
@@ -78,6 +88,9 @@ type Agent struct {
 	mu       sync.Mutex
 	stats    Stats
 	restored map[string]fileState // restored files as found on disk after the restore
+	// deaths and openAtKill are what the supervisor reported (interrupt.go).
+	deaths     []Death
+	openAtKill map[string]time.Time
 }
 
 type flushReq struct {
@@ -107,6 +120,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
+	}
+	if cfg.Settle == 0 {
+		cfg.Settle = watch.DefaultSettle
 	}
 	return &Agent{cfg: cfg, flushCh: make(chan flushReq), running: make(chan struct{}), stopped: make(chan struct{}),
 		stats: Stats{LastStep: -1, RestoredStep: -1, InFlightStep: -1}}, nil
@@ -148,6 +164,7 @@ func (a *Agent) Stats() Stats {
 // job is one upload in flight.
 type job struct {
 	r      watch.Ready
+	older  []watch.Ready // complete checkpoints r supersedes once committed
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -189,9 +206,9 @@ func (a *Agent) Run(ctx context.Context) {
 			inflight = nil
 			next.Reset(a.cfg.Interval)
 		case err := <-doneC:
-			a.finished(inflight.r, err)
+			a.finished(inflight.r, inflight.older, err)
 			inflight = nil
-			if err != nil {
+			if err != nil && !errors.Is(err, checkpoint.ErrInterrupted) {
 				fails++
 			} else {
 				fails = 0
@@ -201,9 +218,9 @@ func (a *Agent) Run(ctx context.Context) {
 			if inflight != nil {
 				continue
 			}
-			r, ok := a.pick(false)
+			r, older, ok := a.pick(false)
 			if ok {
-				inflight = a.start(ctx, r)
+				inflight = a.start(ctx, r, older)
 			} else {
 				next.Reset(a.cfg.Interval)
 			}
@@ -220,13 +237,15 @@ func (a *Agent) backoff(fails int) time.Duration {
 	return min(d, time.Minute)
 }
 
-// pick scans and returns the newest complete checkpoint to upload, marking
-// older complete ones superseded and a restored one done.
-func (a *Agent) pick(final bool) (watch.Ready, bool) {
+// pick scans and returns the newest complete checkpoint to upload and the
+// older complete ones it supersedes once committed. A restored checkpoint
+// and an interrupted save are marked done: neither is returned again
+// until its content changes.
+func (a *Agent) pick(final bool) (newest watch.Ready, older []watch.Ready, ok bool) {
 	ready, err := a.cfg.Watcher.Scan(final)
 	if err != nil {
 		a.cfg.Log.Warn("checkpoint.scan_failed", "err", err)
-		return watch.Ready{}, false
+		return watch.Ready{}, nil, false
 	}
 	a.mu.Lock()
 	restored := a.restored
@@ -237,24 +256,47 @@ func (a *Agent) pick(final bool) (watch.Ready, bool) {
 			a.cfg.Watcher.Done(r)
 			continue
 		}
+		if file, d, why := a.interruption(r); why != "" {
+			a.interrupted(r, file, d.Pid, why)
+			continue
+		}
 		out = append(out, r)
 	}
 	if len(out) == 0 {
-		return watch.Ready{}, false
+		return watch.Ready{}, nil, false
 	}
-	newest := out[len(out)-1]
+	newest = out[len(out)-1]
 	a.cfg.Watcher.Number(&newest)
-	for _, r := range out[:len(out)-1] {
-		a.cfg.Log.Info("checkpoint.superseded", "id", r.ID, "step", r.Step, "by", newest.Step)
-		a.cfg.Watcher.Done(r)
+	a.mu.Lock()
+	a.stats.LastBytes = newest.Bytes()
+	a.mu.Unlock()
+	return newest, out[:len(out)-1], true
+}
+
+// supersede marks the checkpoints that r's commit made obsolete.
+func (a *Agent) supersede(r watch.Ready, older []watch.Ready) {
+	for _, o := range older {
+		a.cfg.Log.Info("checkpoint.superseded", "id", o.ID, "step", o.Step, "by", r.Step)
+		a.cfg.Watcher.Done(o)
 		a.mu.Lock()
 		a.stats.Superseded++
 		a.mu.Unlock()
 	}
+}
+
+// interrupted records that r is an interrupted save: it is never uploaded
+// or committed until its content changes and it is complete again.
+func (a *Agent) interrupted(r watch.Ready, file string, pid int, why string) {
+	a.cfg.Watcher.Done(r)
 	a.mu.Lock()
-	a.stats.LastBytes = newest.Bytes()
+	a.stats.Interrupted++
 	a.mu.Unlock()
-	return newest, true
+	args := []any{"id", r.ID, "path", file, "how", why,
+		"effect", "not stored; the previous committed checkpoint stays the latest"}
+	if pid > 0 {
+		args = append(args, "pid", pid)
+	}
+	a.cfg.Log.Warn("checkpoint.interrupted", args...)
 }
 
 // isRestored reports whether every file of r is a restored file, unchanged
@@ -285,9 +327,9 @@ func relPaths(r watch.Ready) []string {
 }
 
 // start uploads r in the background under ctx.
-func (a *Agent) start(ctx context.Context, r watch.Ready) *job {
+func (a *Agent) start(ctx context.Context, r watch.Ready, older []watch.Ready) *job {
 	ctx, cancel := context.WithCancel(ctx)
-	j := &job{r: r, cancel: cancel, done: make(chan error, 1)}
+	j := &job{r: r, older: older, cancel: cancel, done: make(chan error, 1)}
 	a.mu.Lock()
 	a.stats.PendingBytes, a.stats.InFlightStep = r.Bytes(), r.Step
 	a.mu.Unlock()
@@ -313,7 +355,7 @@ func (a *Agent) upload(ctx context.Context, r watch.Ready, prune bool) error {
 	if !prune {
 		up = a.cfg.Uploader.FinalUploadFiles
 	}
-	res, err := up(ctx, a.cfg.Dir, relPaths(r), checkpoint.Target{Step: r.Step, Rank: a.cfg.Rank, WorldSize: a.cfg.WorldSize})
+	res, err := up(ctx, a.cfg.Dir, relPaths(r), checkpoint.Target{Step: r.Step, Rank: a.cfg.Rank, WorldSize: a.cfg.WorldSize, Counter: r.Counter})
 	if err != nil {
 		return err
 	}
@@ -345,11 +387,22 @@ func (a *Agent) upload(ctx context.Context, r watch.Ready, prune bool) error {
 	return nil
 }
 
-// finished records the end of an upload attempt.
-func (a *Agent) finished(r watch.Ready, err error) {
+// finished records the end of an upload attempt. A committed r
+// supersedes older; an interrupted one (a format check found a file torn)
+// is marked so and supersedes nothing.
+func (a *Agent) finished(r watch.Ready, older []watch.Ready, err error) {
+	if err == nil {
+		a.supersede(r, older)
+	}
+	a.mu.Lock()
+	a.stats.PendingBytes, a.stats.InFlightStep = 0, -1
+	a.mu.Unlock()
+	if errors.Is(err, checkpoint.ErrInterrupted) {
+		a.interrupted(r, "", 0, err.Error())
+		return
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.stats.PendingBytes, a.stats.InFlightStep = 0, -1
 	if err != nil {
 		a.stats.Failures++
 		a.stats.LastUploadError = err.Error()
@@ -407,15 +460,18 @@ func (a *Agent) request(ctx context.Context, keep bool) error {
 	}
 }
 
-// flush runs in Run's goroutine.
+// flush runs in Run's goroutine. When the newest checkpoint turns out to
+// be an interrupted save (a format check fails while it is read), the
+// newest whole one is committed instead; one that changed while it was
+// read is read again.
 func (a *Agent) flush(ctx context.Context, inflight *job) error {
 	t0 := a.cfg.Clock()
-	r, ok := a.pick(true)
+	r, older, ok := a.pick(true)
 	if inflight != nil {
 		if ok && (r.ID != inflight.r.ID || r.Fingerprint != inflight.r.Fingerprint) {
 			a.cfg.Log.Info("checkpoint.flush_cancels_stale", "in_flight", inflight.r.Step, "newest", r.Step)
 			inflight.cancel()
-			a.finished(inflight.r, <-inflight.done)
+			a.finished(inflight.r, inflight.older, <-inflight.done)
 		} else {
 			var err error
 			select {
@@ -424,24 +480,34 @@ func (a *Agent) flush(ctx context.Context, inflight *job) error {
 				inflight.cancel()
 				err = <-inflight.done
 			}
-			a.finished(inflight.r, err)
-			if err != nil {
+			a.finished(inflight.r, inflight.older, err)
+			if err == nil {
+				a.logFlush(t0, inflight.r)
+				return nil
+			}
+			if !errors.Is(err, checkpoint.ErrInterrupted) {
 				return fmt.Errorf("final upload of step %d: %w", inflight.r.Step, err)
 			}
-			a.logFlush(t0, inflight.r)
-			return nil
+			r, older, ok = a.pick(true)
 		}
 	}
-	if !ok {
-		a.cfg.Log.Info("checkpoint.flush_nothing_new", "last_step", a.Stats().LastStep)
-		return nil
+	for changed := 0; ok; {
+		err := a.upload(ctx, r, false)
+		a.finished(r, older, err)
+		if err == nil {
+			a.logFlush(t0, r)
+			return nil
+		}
+		if errors.Is(err, checkpoint.ErrChanged) {
+			changed++
+		}
+		again := errors.Is(err, checkpoint.ErrInterrupted) || errors.Is(err, checkpoint.ErrChanged) && changed < 3
+		if !again || ctx.Err() != nil {
+			return fmt.Errorf("final upload of step %d: %w", r.Step, err)
+		}
+		r, older, ok = a.pick(true)
 	}
-	err := a.upload(ctx, r, false)
-	a.finished(r, err)
-	if err != nil {
-		return fmt.Errorf("final upload of step %d: %w", r.Step, err)
-	}
-	a.logFlush(t0, r)
+	a.cfg.Log.Info("checkpoint.flush_nothing_new", "last_step", a.Stats().LastStep)
 	return nil
 }
 

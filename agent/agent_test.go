@@ -74,7 +74,7 @@ func TestBackgroundUploadNewestWins(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	dir, s := t.TempDir(), mem.New()
 	for i, step := range []string{"step-1", "step-2", "step-3"} {
-		writeFile(t, filepath.Join(dir, step, "model.pdparams"), 200<<10, byte(i))
+		writeFile(t, filepath.Join(dir, step, "model.bin"), 200<<10, byte(i))
 	}
 	a := setup(t, dir, s, time.Millisecond, 10*time.Millisecond)
 	stop := run(t, a)
@@ -89,7 +89,7 @@ func TestBackgroundUploadNewestWins(t *testing.T) {
 		t.Errorf("store holds %+v, %v; want only step 3", snaps, err)
 	}
 	// A new checkpoint during training is uploaded too.
-	writeFile(t, filepath.Join(dir, "step-4", "model.pdparams"), 200<<10, 9)
+	writeFile(t, filepath.Join(dir, "step-4", "model.bin"), 200<<10, 9)
 	waitFor(t, "step 4", func() bool { return a.Stats().LastStep == 4 })
 	if latest, _ := checkpoint.Latest(context.Background(), s, 1); latest != 4 {
 		t.Errorf("Latest = %d, want 4", latest)
@@ -104,7 +104,7 @@ func TestFlushCommitsLastCheckpoint(t *testing.T) {
 	a := setup(t, dir, s, time.Hour, time.Hour)
 	stop := run(t, a)
 	defer stop()
-	writeFile(t, filepath.Join(dir, "backup", "latest.pdparams"), 300<<10, 1)
+	writeFile(t, filepath.Join(dir, "backup", "latest.bin"), 300<<10, 1)
 	if err := a.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -113,10 +113,10 @@ func TestFlushCommitsLastCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := os.ReadFile(filepath.Join(dir, "backup", "latest.pdparams"))
-	got, err := os.ReadFile(filepath.Join(out, "backup", "latest.pdparams"))
+	want, _ := os.ReadFile(filepath.Join(dir, "backup", "latest.bin"))
+	got, err := os.ReadFile(filepath.Join(out, "backup", "latest.bin"))
 	if err != nil || string(got) != string(want) {
-		t.Errorf("restored backup/latest.pdparams differs (%v)", err)
+		t.Errorf("restored backup/latest.bin differs (%v)", err)
 	}
 	if res.Step != 0 {
 		t.Errorf("counter step %d, want 0 for the first unnumbered checkpoint", res.Step)
@@ -139,13 +139,13 @@ func TestFlushDoesNotListChunks(t *testing.T) {
 		}
 		return inner.List(ctx, prefix, fn)
 	}}
-	writeFile(t, filepath.Join(dir, "step-1", "model.pdparams"), 200<<10, 1)
+	writeFile(t, filepath.Join(dir, "step-1", "model.bin"), 200<<10, 1)
 	a := setup(t, dir, s, time.Millisecond, 10*time.Millisecond)
 	stop := run(t, a)
 	defer stop()
 	waitFor(t, "step 1", func() bool { return a.Stats().LastStep == 1 })
 	before := lists.Load()
-	writeFile(t, filepath.Join(dir, "step-2", "model.pdparams"), 200<<10, 2)
+	writeFile(t, filepath.Join(dir, "step-2", "model.bin"), 200<<10, 2)
 	if err := a.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -157,9 +157,9 @@ func TestFlushDoesNotListChunks(t *testing.T) {
 	if err != nil || res.Step != 2 {
 		t.Fatalf("RestoreLatest = %+v, %v; want step 2", res, err)
 	}
-	want, _ := os.ReadFile(filepath.Join(dir, "step-2", "model.pdparams"))
-	if got, err := os.ReadFile(filepath.Join(out, "step-2", "model.pdparams")); err != nil || string(got) != string(want) {
-		t.Errorf("restored step-2/model.pdparams differs (%v)", err)
+	want, _ := os.ReadFile(filepath.Join(dir, "step-2", "model.bin"))
+	if got, err := os.ReadFile(filepath.Join(out, "step-2", "model.bin")); err != nil || string(got) != string(want) {
+		t.Errorf("restored step-2/model.bin differs (%v)", err)
 	}
 }
 
@@ -175,13 +175,13 @@ func TestFlushFailureKeepsPrevious(t *testing.T) {
 		}
 		return inner.Put(ctx, key, r, size, o)
 	}}
-	writeFile(t, filepath.Join(dir, "step-10", "model.pdparams"), 100<<10, 1)
+	writeFile(t, filepath.Join(dir, "step-10", "model.bin"), 100<<10, 1)
 	a := setup(t, dir, s, time.Millisecond, 10*time.Millisecond)
 	stop := run(t, a)
 	defer stop()
 	waitFor(t, "step 10", func() bool { return a.Stats().LastStep == 10 })
 	fail.Store(true)
-	writeFile(t, filepath.Join(dir, "step-20", "model.pdparams"), 100<<10, 2)
+	writeFile(t, filepath.Join(dir, "step-20", "model.bin"), 100<<10, 2)
 	err := a.Flush(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "step 20") {
 		t.Fatalf("Flush = %v, want a failure naming step 20", err)
@@ -196,9 +196,9 @@ func TestFlushFailureKeepsPrevious(t *testing.T) {
 func TestRestoredIsNotUploadedAgain(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	src, s := t.TempDir(), mem.New()
-	writeFile(t, filepath.Join(src, "step-5", "model.pdparams"), 100<<10, 3)
+	writeFile(t, filepath.Join(src, "step-5", "model.bin"), 100<<10, 3)
 	u := &checkpoint.Uploader{Store: s, ChunkSize: 64 << 10, Backoff: noWait}
-	if _, err := u.UploadFiles(context.Background(), src, []string{"step-5/model.pdparams"}, checkpoint.Target{Step: 5, WorldSize: 1}); err != nil {
+	if _, err := u.UploadFiles(context.Background(), src, []string{"step-5/model.bin"}, checkpoint.Target{Step: 5, WorldSize: 1}); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -244,15 +244,16 @@ func TestNewRejects(t *testing.T) {
 	}
 }
 
-// TestRestoredInPlaceBackup: a restored backup/latest.pdparams (a
+// TestRestoredInPlaceBackup: a restored backup/latest.bin (a
 // checkpoint without a step in its name) is not uploaded again while
-// unchanged, and becomes a new step once the trainer overwrites it.
+// unchanged, and becomes a new revision of the step it follows once the
+// trainer overwrites it.
 func TestRestoredInPlaceBackup(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	src, s := t.TempDir(), mem.New()
-	writeFile(t, filepath.Join(src, "backup", "latest.pdparams"), 50<<10, 3)
+	writeFile(t, filepath.Join(src, "backup", "latest.bin"), 50<<10, 3)
 	u := &checkpoint.Uploader{Store: s, ChunkSize: 64 << 10, Backoff: noWait}
-	if _, err := u.UploadFiles(context.Background(), src, []string{"backup/latest.pdparams"}, checkpoint.Target{Step: 7, WorldSize: 1}); err != nil {
+	if _, err := u.UploadFiles(context.Background(), src, []string{"backup/latest.bin"}, checkpoint.Target{Step: 7, WorldSize: 1}); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -261,7 +262,7 @@ func TestRestoredInPlaceBackup(t *testing.T) {
 		t.Fatal(err)
 	}
 	w, _ := watch.New(watch.Config{Dir: dir, Settle: time.Millisecond})
-	w.SetNextStep(8)
+	w.SetLastStep(res.Step)
 	a, _ := New(Config{Dir: dir, Watcher: w, Uploader: u, WorldSize: 1, Interval: 5 * time.Millisecond})
 	a.Restored(res.Step, manifestPaths(res.Manifest))
 	stop := run(t, a)
@@ -270,10 +271,14 @@ func TestRestoredInPlaceBackup(t *testing.T) {
 	if st := a.Stats(); st.Commits != 0 {
 		t.Fatalf("restored backup uploaded again: %+v", st)
 	}
-	writeFile(t, filepath.Join(dir, "backup", "latest.pdparams"), 60<<10, 4)
+	writeFile(t, filepath.Join(dir, "backup", "latest.bin"), 60<<10, 4)
 	waitFor(t, "the rewritten backup", func() bool { return a.Stats().Commits == 1 })
-	if st := a.Stats(); st.LastStep != 8 {
-		t.Errorf("rewritten backup committed as step %d, want 8", st.LastStep)
+	if st := a.Stats(); st.LastStep != 7 {
+		t.Errorf("rewritten backup committed as step %d, want 7 (a counter checkpoint follows the newest step)", st.LastStep)
+	}
+	snaps, err := checkpoint.List(context.Background(), s)
+	if err != nil || len(snaps) != 1 || snaps[0].Ranks[0].Revision != 1 {
+		t.Errorf("store holds %+v, %v; want step 7 at revision 1", snaps, err)
 	}
 }
 
@@ -286,7 +291,7 @@ func TestPanicInStoreIsContained(t *testing.T) {
 	s := storage.Recover(&mem.FaultStore{Inner: mem.New(), OnPut: func(context.Context, string, io.Reader, int64, storage.PutOptions) (storage.ObjectInfo, error) {
 		panic("injected bug in a store")
 	}})
-	writeFile(t, filepath.Join(dir, "step-1", "model.pdparams"), 10<<10, 1)
+	writeFile(t, filepath.Join(dir, "step-1", "model.bin"), 10<<10, 1)
 	a := setup(t, dir, s, time.Millisecond, 5*time.Millisecond)
 	stop := run(t, a)
 	defer stop()
@@ -294,7 +299,7 @@ func TestPanicInStoreIsContained(t *testing.T) {
 	if st := a.Stats(); !strings.Contains(st.LastUploadError, "panic in the store client") {
 		t.Errorf("last error %q, want the panic reported", st.LastUploadError)
 	}
-	writeFile(t, filepath.Join(dir, "step-2", "model.pdparams"), 10<<10, 2)
+	writeFile(t, filepath.Join(dir, "step-2", "model.bin"), 10<<10, 2)
 	if err := a.Flush(context.Background()); err == nil {
 		t.Errorf("Flush succeeded with a panicking store")
 	}

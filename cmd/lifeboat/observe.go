@@ -100,6 +100,9 @@ func feedMetrics(ctx context.Context, m *metrics.Metrics, p *pipeline, interval 
 		for i := last.Failures; i < s.Failures; i++ {
 			m.IncUploadFailure()
 		}
+		for i := last.Interrupted; i < s.Interrupted; i++ {
+			m.IncInterrupted()
+		}
 		m.SetPending(s.PendingBytes)
 		m.SetThroughput(s.Throughput)
 		r := p.retries.Load()
