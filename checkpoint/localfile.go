@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lifeboat-project/lifeboat/format"
+	"github.com/lifeboat-project/lifeboat/storage"
 )
 
 // localFile is a regular file of a checkpoint directory as stat-ed: its
@@ -258,12 +259,13 @@ func describeChange(was, now identity) string {
 	return "its change time moved (it was written, or its times were set)"
 }
 
-// notWhole is the error of a file that failed its format check.
+// notWhole is the error of a file that failed its format check. It is
+// permanent: reading the same bytes again cannot make them whole.
 func notWhole(f localFile, err error) error {
 	if !errors.Is(err, format.ErrTorn) {
 		return fmt.Errorf("checkpoint: upload %s: format check: %w", f.abs, err)
 	}
-	return fmt.Errorf("checkpoint: upload %s: %w: %w", f.abs, ErrInterrupted, err)
+	return storage.Permanent(fmt.Errorf("checkpoint: upload %s: %w: %w", f.abs, ErrInterrupted, err))
 }
 
 // statFiles stats the given paths relative to dir: the regular files,

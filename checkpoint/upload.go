@@ -37,9 +37,10 @@ const (
 )
 
 // ErrInterrupted marks an upload refused because the checkpoint is not
-// whole: a file failed its format check (it also wraps format.ErrTorn).
-// Nothing was committed. Uploading the same files again cannot succeed;
-// the checkpoint is stored once its files change and pass.
+// whole: a file failed its format check (the error also wraps
+// format.ErrTorn and names the file). Nothing was committed. The error is
+// permanent (storage.IsPermanent): uploading the same files again cannot
+// succeed; the checkpoint is stored once its files change and pass.
 var ErrInterrupted = errors.New("the checkpoint is not whole")
 
 // ErrChanged marks an upload refused because a file kept changing while it
@@ -292,7 +293,7 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, targe
 			if !errors.Is(err, format.ErrTorn) {
 				return nil, fmt.Errorf("checkpoint: upload %s: format check: %w", dir, err)
 			}
-			return nil, fmt.Errorf("checkpoint: upload %s: %w: %w", dir, ErrInterrupted, err)
+			return nil, storage.Permanent(fmt.Errorf("checkpoint: upload %s: %w: %w", dir, ErrInterrupted, err))
 		}
 	}
 	// Chunks stored before start whose age exceeds reuseAge may be pruned
