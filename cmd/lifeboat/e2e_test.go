@@ -78,6 +78,12 @@ var modes = []string{"plain", "pid1"}
 // start runs lifeboat with args in mode ("plain" or "pid1").
 func start(t *testing.T, mode string, args ...string) *lb {
 	t.Helper()
+	return startEnv(t, mode, nil, args...)
+}
+
+// startEnv is start with env added to the test's environment.
+func startEnv(t *testing.T, mode string, env []string, args ...string) *lb {
+	t.Helper()
 	var cmd *exec.Cmd
 	switch mode {
 	case "plain":
@@ -90,6 +96,9 @@ func start(t *testing.T, mode string, args ...string) *lb {
 		cmd = exec.Command("unshare", append([]string{"--pid", "--fork", "--mount-proc", lifeboatBin}, args...)...)
 	default:
 		t.Fatalf("unknown mode %q", mode)
+	}
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
 	}
 	p := &lb{t: t, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr

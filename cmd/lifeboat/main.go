@@ -21,7 +21,12 @@ var version = "dev"
 // errUsage means the command line was wrong; usage has been printed.
 var errUsage = errors.New("usage")
 
+// startup holds the signals caught since lifeboat started; nil when the
+// commands run in-process (tests).
+var startup *earlySignals
+
 func main() {
+	startup = catchSignals()
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -22,7 +22,7 @@ import (
 type faultProxy struct {
 	ln     net.Listener
 	target string
-	mode   atomic.Value // "forward", "reset", "503"
+	mode   atomic.Value // "forward", "slow" (answers at 16 MiB/s), "reset", "503", "hang" (never answers)
 	mu     sync.Mutex
 	conns  []net.Conn
 	wg     sync.WaitGroup
@@ -58,6 +58,11 @@ func (p *faultProxy) accept() {
 			}
 			c.Close()
 			continue
+		case "hang": // accepts and never answers: a black-holed endpoint
+			p.mu.Lock()
+			p.conns = append(p.conns, c)
+			p.mu.Unlock()
+			continue
 		case "503":
 			p.wg.Go(func() {
 				defer c.Close()
@@ -77,7 +82,31 @@ func (p *faultProxy) accept() {
 		p.conns = append(p.conns, c, up)
 		p.mu.Unlock()
 		p.wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })
-		p.wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
+		if p.mode.Load().(string) == "slow" {
+			p.wg.Go(func() { _, _ = slowCopy(c, up); c.Close() })
+		} else {
+			p.wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
+		}
+	}
+}
+
+// slowCopy copies src to dst at about 16 MiB/s: a slow link, so that a
+// transfer is still under way when a test acts.
+func slowCopy(dst io.Writer, src io.Reader) (int64, error) {
+	buf := make([]byte, 64<<10)
+	var n int64
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			if _, werr := dst.Write(buf[:k]); werr != nil {
+				return n, werr
+			}
+			n += int64(k)
+			time.Sleep(time.Duration(k) * time.Second / (16 << 20))
+		}
+		if err != nil {
+			return n, err
+		}
 	}
 }
 

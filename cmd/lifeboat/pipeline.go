@@ -18,8 +18,11 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lifeboat-project/lifeboat/agent"
 	"github.com/lifeboat-project/lifeboat/checkpoint"
+	"github.com/lifeboat-project/lifeboat/signals"
 	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/watch"
 )
@@ -27,14 +30,20 @@ import (
 // checkpointOptions say which directory the trainer saves into and how its
 // checkpoints are recognised, uploaded and kept.
 type checkpointOptions struct {
-	dir         string
-	keep        int
-	settle      time.Duration
-	interval    time.Duration
-	marker      string
-	stepPattern string
-	restore     string
-	workers     int
+	dir          string
+	keep         int
+	settle       time.Duration
+	interval     time.Duration
+	marker       string
+	stepPattern  string
+	restore      string
+	workers      int
+	exclude      string
+	markerOnly   bool
+	verifyFormat string
+	// sidecar is set by `lifeboat sidecar`: the trainer runs in another
+	// container, so its processes may be invisible and its deaths unknown.
+	sidecar bool
 }
 
 func (o *checkpointOptions) register(fs *flag.FlagSet) {
@@ -45,6 +54,11 @@ func (o *checkpointOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.marker, "marker", watch.DefaultMarker, "file whose presence marks a directory as a complete checkpoint; its content is the step")
 	fs.StringVar(&o.stepPattern, "step-pattern", watch.DefaultStepPattern.String(), "regular expression whose first group is the step in a checkpoint's name")
 	fs.StringVar(&o.restore, "restore", "auto", "auto: restore the newest complete checkpoint into --dir before starting; never: start fresh")
+	fs.StringVar(&o.exclude, "exclude", strings.Join(watch.DefaultExclude, ","),
+		"comma-separated globs of files under --dir that are never part of a checkpoint (logs, temporary files); empty: none")
+	fs.BoolVar(&o.markerOnly, "marker-only", false, "only directories holding the --marker file are checkpoints (otherwise this holds from the first marker seen)")
+	fs.StringVar(&o.verifyFormat, "verify-format", "auto",
+		"auto: a pickle, zip or safetensors file that is not whole makes its checkpoint an interrupted save, never committed or resumed; off: no format checks")
 	fs.IntVar(&o.workers, "workers", 0, fmt.Sprintf("parallel chunk uploads and downloads; 0: %d uploads, %d downloads", checkpoint.DefaultUploadWorkers, checkpoint.DefaultDownloadWorkers))
 }
 
@@ -181,6 +195,31 @@ func (p *pipeline) beforeRestart(ctx context.Context, attempt int) ([]string, er
 	return r.env(), nil
 }
 
+// reaped is the supervisor's OnReap: a process of the trainer's tree that
+// died by a signal or exited non-zero may have cut a save short.
+func (p *pipeline) reaped(pid int, ws unix.WaitStatus, at time.Time) {
+	var how string
+	switch {
+	case ws.Signaled():
+		how = "killed by SIG" + signals.Name(ws.Signal())
+	case ws.Exited() && ws.ExitStatus() != 0:
+		how = "exit " + strconv.Itoa(ws.ExitStatus())
+	default:
+		return
+	}
+	p.agent.Died(agent.Death{Pid: pid, How: how, At: at})
+}
+
+// pipelineExitCode is the exit code for a pipeline that could not be
+// built: 2 for a bad flag value, otherwise runtime.
+func pipelineExitCode(err error, runtime int) int {
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return runtime
+}
+
 // newPipeline opens the store, restores (unless told not to) and builds the
 // agent; it does not start it.
 func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, ro rankOptions, log *slog.Logger, progressTo io.Writer) (*pipeline, error) {
@@ -194,18 +233,37 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	if err != nil {
 		return nil, fmt.Errorf("--step-pattern (LIFEBOAT_STEP_PATTERN) %q: %v", co.stepPattern, err)
 	}
-	dir, err := filepath.Abs(co.dir)
-	if err != nil {
-		return nil, fmt.Errorf("--dir %q: %w", co.dir, err)
+	if co.verifyFormat != "auto" && co.verifyFormat != "off" {
+		return nil, usageError{fmt.Errorf("--verify-format (LIFEBOAT_VERIFY_FORMAT) is %q; use auto or off", co.verifyFormat)}
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("--dir (LIFEBOAT_DIR): create %s: %w", dir, err)
+	exclude := splitList(co.exclude)
+	for _, g := range exclude {
+		if _, err := path.Match(g, ""); err != nil {
+			return nil, usageError{fmt.Errorf("--exclude (LIFEBOAT_EXCLUDE) %q: %v; use shell globs such as *.log", g, err)}
+		}
+	}
+	dir, err := checkpointDir(co.dir, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := storeOutside(so.url, dir); err != nil {
+		return nil, err
 	}
 	s, err := so.open(ctx)
 	if err != nil {
 		return nil, err
 	}
 	p := &pipeline{store: s, dir: dir, ranks: ro, workers: co.workers, log: log}
+	if !co.sidecar {
+		removed, err := checkpoint.RemoveStaleRestores(dir)
+		if len(removed) > 0 {
+			log.Info("resume.stale_removed", "dir", dir, "entries", removed,
+				"why", "left by a restore that was killed before it could clean up")
+		}
+		if err != nil {
+			log.Warn("resume.stale_remove_failed", "dir", dir, "err", err)
+		}
+	}
 	if co.restore == "auto" {
 		t0 := time.Now()
 		p.resume, err = restoreLatest(ctx, s, dir, ro, co.workers, log, progressTo)
@@ -219,21 +277,33 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 		p.resume = readResumeFile(dir, log)
 		p.resumeSource = "init"
 	}
-	w, err := watch.New(watch.Config{Dir: dir, Marker: co.marker, StepPattern: pattern, Settle: co.settle, Log: log})
+	wcfg := watch.Config{Dir: dir, Marker: co.marker, StepPattern: pattern, Settle: co.settle, Log: log,
+		Exclude: exclude, MarkerOnly: co.markerOnly}
+	w, err := watch.New(wcfg)
 	if err != nil {
 		return nil, err
 	}
-	// Counter steps continue above every step in the store, complete or not,
-	// so an unnumbered checkpoint never collides with a committed one.
+	if co.sidecar && !w.WritersVisible() {
+		log.Warn("sidecar.writers_invisible", "dir", dir,
+			"effect", "the trainer's processes are not visible (no shared PID namespace): lifeboat cannot see which files are still being written or which writer died; it relies on markers, format checks and --settle, also for the final upload",
+			"hint", "set shareProcessNamespace: true in the pod spec, or write a marker after each save")
+		wcfg.WritersInvisible = true
+		if w, err = watch.New(wcfg); err != nil {
+			return nil, err
+		}
+	}
+	// An unnumbered checkpoint is numbered with the newest step known, in
+	// the store or on disk, and stored as a new revision of it.
 	snaps, err := checkpoint.List(ctx, s)
 	if err != nil {
 		return nil, fmt.Errorf("list checkpoints in %s: %w", s, err)
 	}
 	for _, sn := range snaps {
-		w.SetNextStep(sn.Step + 1)
+		w.SetLastStep(sn.Step)
 	}
 	backoff := checkpoint.DefaultBackoff()
 	u := &checkpoint.Uploader{Store: s, Workers: co.workers, Producer: "lifeboat " + version, Log: log,
+		SkipFormatCheck: co.verifyFormat == "off",
 		Backoff: func(attempt int) (time.Duration, bool) {
 			d, ok := backoff(attempt)
 			if ok {
@@ -242,7 +312,7 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 			return d, ok
 		}}
 	p.agent, err = agent.New(agent.Config{Dir: dir, Watcher: w, Uploader: u, Rank: ro.rank, WorldSize: ro.worldSize,
-		Interval: co.interval, Keep: co.keep, Log: log})
+		Interval: co.interval, Keep: co.keep, Log: log, Settle: co.settle, VerifyFormat: co.verifyFormat != "off"})
 	if err != nil {
 		return nil, err
 	}
@@ -252,4 +322,65 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	p.env = append(p.resume.env(), "LIFEBOAT_DIR="+dir, "LIFEBOAT_MARKER="+co.marker,
 		"LIFEBOAT_RANK="+strconv.Itoa(ro.rank), "LIFEBOAT_WORLD_SIZE="+strconv.Itoa(ro.worldSize))
 	return p, nil
+}
+
+// checkpointDir makes --dir absolute, creates it, and resolves symbolic
+// links (a --dir that is a link, "/ckpt -> /mnt/pvc/x", is watched where it
+// points: the trainer's open files name the real path).
+func checkpointDir(dir string, log *slog.Logger) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("--dir %q: %w", dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return "", fmt.Errorf("--dir (LIFEBOAT_DIR): create %s: %w", abs, err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", fmt.Errorf("--dir (LIFEBOAT_DIR) %s: %w", abs, err)
+	}
+	if real != abs {
+		log.Info("watch.dir_resolved", "dir", abs, "resolved", real)
+	}
+	return real, nil
+}
+
+// storeOutside refuses a file:// store inside the checkpoint directory:
+// lifeboat would upload its own store as a checkpoint at every scan.
+func storeOutside(url, dir string) error {
+	loc, err := storage.ParseURL(url)
+	if err != nil || loc.Scheme != "file" {
+		return nil // open reports a bad URL
+	}
+	p := resolveExisting(loc.Path)
+	if p == dir || strings.HasPrefix(p, dir+string(filepath.Separator)) {
+		return usageError{fmt.Errorf("--store (LIFEBOAT_STORE) %s is inside --dir (LIFEBOAT_DIR) %s: lifeboat would upload its own store as a checkpoint; put the store outside the directory the trainer saves into", url, dir)}
+	}
+	return nil
+}
+
+// resolveExisting resolves the symbolic links of the longest existing
+// prefix of the absolute path p and appends the rest.
+func resolveExisting(p string) string {
+	rest := ""
+	for q := p; ; q = filepath.Dir(q) {
+		if r, err := filepath.EvalSymlinks(q); err == nil {
+			return filepath.Join(r, rest)
+		}
+		if q == filepath.Dir(q) {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(q), rest)
+	}
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	out := []string{}
+	for _, part := range strings.Split(v, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
+	"github.com/lifeboat-project/lifeboat/supervisor"
 )
 
 // restoreOptions are the flags of `lifeboat restore`, the init-container
@@ -53,7 +54,15 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "lifeboat restore: create --dir %s: %v\n", o.dir, err)
 		return 1
 	}
+	ctx, started := startup.during(ctx, nil)
+	defer started()
+	stopped := func(phase string, err error) (int, bool) {
+		return stoppedDuringStartup(startup, phase, err, log, "", false, supervisor.DefaultPreemptExitCode)
+	}
 	s, err := o.store.open(ctx)
+	if code, ok := stopped("store open", err); ok {
+		return code
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "lifeboat restore: %v\n", err)
 		return 1
@@ -62,6 +71,9 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		pr := newProgress(stderr, log, o.interval)
 		res, err := checkpoint.Restore(ctx, s, o.step, o.ranks.rank, o.dir, checkpoint.RestoreOptions{WorldSize: o.ranks.worldSize, Workers: o.workers, Log: log, Progress: pr.update})
 		pr.stop()
+		if code, ok := stopped("restore", err); ok {
+			return code
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "lifeboat restore: step %d: %v\n", o.step, err)
 			return 1
@@ -70,6 +82,9 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 0
 	}
 	r, err := restoreLatestEvery(ctx, s, o.dir, o.ranks, o.workers, log, stderr, o.interval)
+	if code, ok := stopped("restore", err); ok {
+		return code
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "lifeboat restore: %v\n", err)
 		return 1

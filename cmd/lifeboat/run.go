@@ -130,6 +130,15 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Log = log
+	preemptCode := cfg.PreemptExitCode
+	if preemptCode <= 0 {
+		preemptCode = supervisor.DefaultPreemptExitCode
+	}
+	ctx, started := startup.during(ctx, cfg.StopSignals)
+	defer started()
+	if code, stopped := stoppedDuringStartup(startup, "start", nil, log, cfg.TerminationLog, cfg.TerminationLogCreate, preemptCode); stopped {
+		return code
+	}
 	if err := supervisor.ClearInheritedSignalMask(); err != nil {
 		log.Warn("supervisor.signal_mask", "err", err, "effect", "the trainer inherits lifeboat's blocked signals")
 	}
@@ -153,9 +162,12 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	p, err := newPipeline(ctx, &o.store, &o.checkpoint, o.ranks, log, stderr)
+	if code, stopped := stoppedDuringStartup(startup, "store open and restore", err, log, cfg.TerminationLog, cfg.TerminationLogCreate, preemptCode); stopped {
+		return code
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "lifeboat run: %v\n", err)
-		return supervisor.CodeInternal
+		return pipelineExitCode(err, supervisor.CodeInternal)
 	}
 	return exitCode(runRun(ctx, cfg, p, o), stderr)
 }
@@ -222,6 +234,8 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptio
 		cfg.Reserve = p.agent.Reserve
 		cfg.BeforeRestart = p.beforeRestart
 		cfg.AfterExit = func(ctx context.Context, stopped bool) error { return p.agent.Flush(ctx) }
+		cfg.OnReap = p.reaped
+		cfg.BeforeKill = func() { p.agent.Killing(time.Now()) }
 		if p.resume != nil {
 			m.SetResume(p.resumeSource, p.resume.Step, p.resumeSeconds)
 		} else {
@@ -231,6 +245,7 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptio
 		go feedMetrics(bg, m, p, time.Second)
 	}
 	m.SetReady(true)
+	cfg.Signals = startup.handOff()
 	return supervisor.Run(ctx, cfg)
 }
 

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/supervisor"
@@ -56,13 +54,18 @@ func sidecarCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lifeboat sidecar: %v\n", err)
 		return 2
 	}
+	ctx, started := startup.during(ctx, nil)
+	defer started()
+	o.checkpoint.sidecar = true
 	p, err := newPipeline(ctx, &o.store, &o.checkpoint, o.ranks, log, stderr)
+	if code, stopped := stoppedDuringStartup(startup, "store open", err, log, "", false, supervisor.DefaultPreemptExitCode); stopped {
+		return code
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "lifeboat sidecar: %v\n", err)
-		return 1
+		return pipelineExitCode(err, 1)
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	sigs := stopSignals(startup.handOff())
 	agentCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	m, err := o.observe.startMetrics(agentCtx, log)
