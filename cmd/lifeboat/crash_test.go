@@ -1,8 +1,9 @@
 package main
 
 // The crash-consistency test (issues #5 and #7): lifeboat is SIGKILLed at
-// random moments of an upload and commit, many times, and every time a
-// restore afterwards yields one whole checkpoint, never a mix.
+// random moments of an upload and commit, and the trainer is SIGKILLed in
+// the middle of writing the new checkpoint, many times, and every time a
+// restore afterwards yields one whole checkpoint, never a mix or a cut file.
 //
 // The default trial count is small enough for CI. The long run is
 //
@@ -15,6 +16,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -64,6 +66,18 @@ const (
 // idles until it is killed with lifeboat.
 const crashTrainer = `set -e; mkdir -p "$LIFEBOAT_DIR/$1"; cp -R "$0/." "$LIFEBOAT_DIR/$1/"; exec sleep 3600`
 
+// crashCutTrainer is the trainer of a trainer-kill trial: it writes the new
+// checkpoint from the staging directory ($0) into $LIFEBOAT_DIR/$1 file by
+// file in name order, each truncated and written in place, and when it
+// reaches the file $2 it writes only its first $3 bytes and SIGKILLs
+// itself: a save cut short by the OOM killer or the grace deadline.
+const crashCutTrainer = `set -e; d="$LIFEBOAT_DIR/$1"; mkdir -p "$d"
+for f in $(cd "$0" && ls); do
+	if [ "$f" = "$2" ]; then head -c "$3" "$0/$f" > "$d/$f"; kill -9 $$; fi
+	cat "$0/$f" > "$d/$f"
+done
+exec sleep 3600`
+
 // crashCkpt is one checkpoint the test knows the bytes of.
 type crashCkpt struct {
 	step  int64
@@ -112,6 +126,14 @@ func (c crashTiming) delay(tr crashTrial) time.Duration {
 // count and both outcomes occur. Layouts alternate between a directory per
 // step and a directory rewritten in place. The frozen "embeddings" file is
 // the same in both checkpoints, so the new upload reuses stored chunks.
+//
+// Then half as many trials (at least two) kill the trainer instead, in the
+// middle of writing the new checkpoint: into a new step directory or in
+// place over the previous one restored into backup/, cut at a random byte
+// of a random file. Lifeboat must exit 137, log checkpoint.interrupted and
+// commit nothing of it: the restore gives exactly the previous checkpoint.
+// The .pdparams and .pdopt files are whole pickles, so that a format check
+// finds the whole ones whole and the cut ones cut.
 func TestCrash(t *testing.T) {
 	trials := crashDefaultTrials
 	if s := os.Getenv(crashTrialsEnv); s != "" {
@@ -172,6 +194,12 @@ func TestCrash(t *testing.T) {
 					t.Errorf("no kill landed while the upload was in flight (phases %v)", phases)
 				}
 			}
+			for i, tr := range plan[:max(2, (trials+1)/2)] {
+				tr.layout = []string{"dirs", "inplace"}[i%2]
+				t.Run(fmt.Sprintf("trainer-kill-%03d", i), func(t *testing.T) {
+					runTrainerKillTrial(t, sk, tr)
+				})
+			}
 		})
 	}
 }
@@ -209,48 +237,8 @@ type crashResult struct {
 // and the result carries the measured windows.
 func runCrashTrial(t *testing.T, sk storeKind, tr crashTrial, timing *crashTiming) crashResult {
 	t.Helper()
-	root := t.TempDir()
-	url := sk.url(t)
-	s := openCrashStore(t, url)
-	rng := rand.New(rand.NewPCG(tr.seed, 0xf11e5))
-
-	prevSub, newSub := "step-000001", "step-000002"
-	if tr.layout == "inplace" {
-		prevSub, newSub = "backup", "backup"
-	}
-	embed := 1<<20 + rng.Int64N(7<<20+1) // shared: the same bytes in both checkpoints
-	sizes := func() map[string]int64 {
-		model := 8<<20 + 1 + rng.Int64N(12<<20)
-		if rng.IntN(4) == 0 {
-			model = 16 << 20 // a whole number of chunks
-		}
-		return map[string]int64{
-			"model.pdparams": model,
-			"optim.pdopt":    1<<20 + rng.Int64N(11<<20+1),
-			"embed.pdparams": embed,
-			"state.json":     1 + rng.Int64N(300),
-		}
-	}
-	tag := func(step int64) func(name string) string {
-		return func(name string) string {
-			if name == "embed.pdparams" {
-				return fmt.Sprintf("%d/%s", tr.seed, name)
-			}
-			return fmt.Sprintf("%d/%d/%s", tr.seed, step, name)
-		}
-	}
-
-	// The previous checkpoint, committed with the library as lifeboat would.
-	seedDir := filepath.Join(root, "seed")
-	prev := crashCkpt{step: 1, files: writeCrashFiles(t, filepath.Join(seedDir, prevSub), prevSub, sizes(), tag(1))}
-	u := &checkpoint.Uploader{Store: s, Producer: "crash test"}
-	if _, err := u.UploadFiles(context.Background(), seedDir, slices.Sorted(maps.Keys(prev.files)), checkpoint.Target{Step: prev.step, WorldSize: 1}); err != nil {
-		t.Fatalf("commit the previous checkpoint: %v", err)
-	}
-	// The new one, staged where the trainer copies it from.
-	staging := filepath.Join(root, "staging")
-	next := crashCkpt{step: 2, files: writeCrashFiles(t, staging, newSub, sizes(), tag(2))}
-
+	root, url := t.TempDir(), sk.url(t)
+	staging, newSub, prev, next := crashSetup(t, root, url, tr)
 	p := start(t, "pid1", "run", "--store", url, "--dir", filepath.Join(root, "pod"),
 		"--settle", "50ms", "--scan-interval", "20ms", "--keep", "1", "--grace", "30s", "--log-format", "json",
 		"--", "sh", "-c", crashTrainer, staging, newSub)
@@ -289,6 +277,91 @@ func runCrashTrial(t *testing.T, sk storeKind, tr crashTrial, timing *crashTimin
 		t.Errorf("lifeboat logged the commit before it was killed, but restore gave the %s checkpoint", res.outcome)
 	}
 	return res
+}
+
+// crashSetup commits the previous checkpoint of trial tr into the store at
+// url, as lifeboat would, and stages the new one under root, where the
+// trainer copies it from into --dir's newSub.
+func crashSetup(t *testing.T, root, url string, tr crashTrial) (staging, newSub string, prev, next crashCkpt) {
+	t.Helper()
+	s := openCrashStore(t, url)
+	rng := rand.New(rand.NewPCG(tr.seed, 0xf11e5))
+
+	prevSub := "step-000001"
+	newSub = "step-000002"
+	if tr.layout == "inplace" {
+		prevSub, newSub = "backup", "backup"
+	}
+	embed := 1<<20 + rng.Int64N(7<<20+1) // shared: the same bytes in both checkpoints
+	sizes := func() map[string]int64 {
+		model := 8<<20 + 1 + rng.Int64N(12<<20)
+		if rng.IntN(4) == 0 {
+			model = 16 << 20 // a whole number of chunks
+		}
+		return map[string]int64{
+			"model.pdparams": model,
+			"optim.pdopt":    1<<20 + rng.Int64N(11<<20+1),
+			"embed.pdparams": embed,
+			"state.json":     1 + rng.Int64N(300),
+		}
+	}
+	tag := func(step int64) func(name string) string {
+		return func(name string) string {
+			if name == "embed.pdparams" {
+				return fmt.Sprintf("%d/%s", tr.seed, name)
+			}
+			return fmt.Sprintf("%d/%d/%s", tr.seed, step, name)
+		}
+	}
+
+	// The previous checkpoint, committed with the library as lifeboat would.
+	seedDir := filepath.Join(root, "seed")
+	prev = crashCkpt{step: 1, files: writeCrashFiles(t, filepath.Join(seedDir, prevSub), prevSub, sizes(), tag(1))}
+	u := &checkpoint.Uploader{Store: s, Producer: "crash test"}
+	if _, err := u.UploadFiles(context.Background(), seedDir, slices.Sorted(maps.Keys(prev.files)), checkpoint.Target{Step: prev.step, WorldSize: 1}); err != nil {
+		t.Fatalf("commit the previous checkpoint: %v", err)
+	}
+	// The new one, staged where the trainer copies it from.
+	staging = filepath.Join(root, "staging")
+	next = crashCkpt{step: 2, files: writeCrashFiles(t, staging, newSub, sizes(), tag(2))}
+	return staging, newSub, prev, next
+}
+
+// runTrainerKillTrial commits the previous checkpoint, then runs lifeboat
+// (PID 1 of its own namespace) over a trainer that SIGKILLs itself in the
+// middle of writing the new one, at a byte of a file chosen from the
+// trial's seed. Lifeboat must exit 137 with checkpoint.interrupted logged,
+// and the restore afterwards must give exactly the previous checkpoint.
+func runTrainerKillTrial(t *testing.T, sk storeKind, tr crashTrial) {
+	t.Helper()
+	root, url := t.TempDir(), sk.url(t)
+	staging, newSub, prev, next := crashSetup(t, root, url, tr)
+	rng := rand.New(rand.NewPCG(tr.seed, 0xc07))
+	var names []string
+	for p := range next.files {
+		names = append(names, path.Base(p))
+	}
+	slices.Sort(names)
+	cut := names[rng.IntN(len(names))]
+	fi, err := os.Stat(filepath.Join(staging, cut))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := rng.Int64N(fi.Size())
+	t.Logf("%s: the trainer is killed after %d of the %d bytes of %s", tr.layout, n, fi.Size(), cut)
+
+	p := start(t, "pid1", "run", "--store", url, "--dir", filepath.Join(root, "pod"),
+		"--settle", "2s", "--scan-interval", "20ms", "--keep", "1", "--grace", "30s", "--log-format", "json",
+		"--", "sh", "-c", crashCutTrainer, staging, newSub, cut, strconv.FormatInt(n, 10))
+	if code := p.wait(); code != 137 {
+		t.Errorf("exit %d, want 137 (the trainer was SIGKILLed); stderr:\n%s", code, tail(p.stderr.String()))
+	}
+	if !strings.Contains(p.stderr.String(), `"msg":"checkpoint.interrupted"`) {
+		t.Errorf("no checkpoint.interrupted event for the cut save; stderr:\n%s", tail(p.stderr.String()))
+	}
+	if outcome := checkCrashRestore(t, url, prev, next, p.stderr.String()); outcome != "previous" {
+		t.Errorf("the restore gave the %s checkpoint, want the previous one: the new one was never written whole", outcome)
+	}
 }
 
 // checkCrashRestore restores the latest checkpoint of url into an empty
@@ -390,7 +463,9 @@ func openCrashStore(t *testing.T, url string) storage.Store {
 
 // writeCrashFiles writes one checkpoint's files of the given sizes into dir,
 // each file's bytes a ChaCha8 stream seeded by tag(name), and returns their
-// hashes keyed by sub/name.
+// hashes keyed by sub/name. A .pdparams or .pdopt file is one whole pickle
+// of those bytes, as paddle.save writes one: PROTO 4, BINBYTES8 with the
+// length, the bytes, STOP.
 func writeCrashFiles(t *testing.T, dir, sub string, sizes map[string]int64, tag func(name string) string) map[string]string {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -403,9 +478,23 @@ func writeCrashFiles(t *testing.T, dir, sub string, sizes map[string]int64, tag 
 			t.Fatal(err)
 		}
 		h := sha256.New()
+		w := io.MultiWriter(f, h)
 		src := rand.NewChaCha8(sha256.Sum256([]byte(tag(name))))
-		if _, err := io.CopyN(io.MultiWriter(f, h), src, size); err != nil {
+		pickled := strings.HasSuffix(name, ".pdparams") || strings.HasSuffix(name, ".pdopt")
+		if pickled {
+			head := binary.LittleEndian.AppendUint64([]byte{0x80, 4, 0x8e}, uint64(size-12))
+			if _, err := w.Write(head); err != nil {
+				t.Fatal(err)
+			}
+			size -= 12
+		}
+		if _, err := io.CopyN(w, src, size); err != nil {
 			t.Fatalf("write %s: %v", name, err)
+		}
+		if pickled {
+			if _, err := w.Write([]byte{'.'}); err != nil { // STOP
+				t.Fatal(err)
+			}
 		}
 		if err := f.Close(); err != nil {
 			t.Fatal(err)
