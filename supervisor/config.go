@@ -53,8 +53,6 @@ type Config struct {
 	Kill signals.KillFunc
 	// ProcRoot is where processes are listed. Default "/proc".
 	ProcRoot string
-	// Clock returns the current time. Default time.Now.
-	Clock func() time.Time
 
 	// Reserve, when set, is asked at the first stop signal how much of the
 	// grace budget to keep for after the trainer's tree has exited (the
@@ -63,11 +61,16 @@ type Config struct {
 	// at half the grace, so the trainer always gets the other half to save.
 	Reserve func() (time.Duration, string)
 	// AfterExit, when set, runs once the main child and every descendant
-	// are gone, before Run returns: the final checkpoint upload. Its context
-	// ends at the grace deadline (less ExitMargin) after a stop signal, or
-	// after AfterExitTimeout when the trainer exited on its own. A second
-	// SIGINT cancels it. An error is logged, written to the termination
-	// log, and turns a clean exit 0 into CodeFlushFailed.
+	// are gone, before Run returns: the final checkpoint upload. It runs
+	// once, in its own goroutine, while the loop keeps answering signals.
+	// Its context ends at the grace deadline (less ExitMargin) after a stop,
+	// or after AfterExitTimeout when the trainer exited on its own; a stop
+	// during it brings that in to the stop's deadline, and a second SIGINT
+	// cancels it. Run never waits for it past that end: an AfterExit still
+	// running then is left behind and recorded as failed ("the final upload
+	// did not finish within the grace period"). An error is logged, written
+	// to the termination log, and turns a clean exit 0 into
+	// CodeFlushFailed.
 	AfterExit        func(ctx context.Context, stopped bool) error
 	AfterExitTimeout time.Duration // default Grace
 
@@ -83,9 +86,13 @@ type Config struct {
 	// Restart restarts a crashed trainer in place.
 	Restart RestartPolicy
 	// BeforeRestart, when set, runs between a crash and the restart (with
-	// the trainer's tree gone): it commits what the trainer completed and
-	// restores the newest committed checkpoint, and returns environment
-	// variables to set for the new trainer.
+	// the trainer's tree gone, after the backoff): it commits what the
+	// trainer completed and restores the newest committed checkpoint, and
+	// returns environment variables to set for the new trainer. It runs in
+	// its own goroutine while the loop keeps answering signals; its context
+	// ends after AfterExitTimeout, or at once when a stop begins, and the
+	// restart is then abandoned for the final flush (AfterExit), which runs
+	// after BeforeRestart has returned. An error means no restart.
 	BeforeRestart func(ctx context.Context, attempt int) ([]string, error)
 
 	// OnStop, when set, is told when a stop begins or its deadline moves:
@@ -190,9 +197,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.ProcRoot == "" {
 		c.ProcRoot = "/proc"
-	}
-	if c.Clock == nil {
-		c.Clock = time.Now
 	}
 	if c.AfterExitTimeout == 0 {
 		c.AfterExitTimeout = c.Grace

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -14,9 +14,62 @@ import (
 	"github.com/lifeboat-project/lifeboat/signals"
 )
 
+// phase is where one supervision stands. The loop reads it to decide what
+// an event means; every phase answers signals, notices and the reap tick
+// in the same select, so none can miss a signal or its deadline.
+type phase int
+
+const (
+	phaseRunning    phase = iota // the trainer, or what is left of its tree, runs
+	phaseBackoff                 // the tree is gone; waiting before a restart
+	phaseRestarting              // BeforeRestart runs
+	phaseFlushing                // AfterExit (the final upload) runs
+	phaseDone                    // nothing left to wait for: Run returns
+)
+
+func (p phase) String() string {
+	switch p {
+	case phaseRunning:
+		return "running"
+	case phaseBackoff:
+		return "backoff"
+	case phaseRestarting:
+		return "restarting"
+	case phaseFlushing:
+		return "flushing"
+	}
+	return "done"
+}
+
+// alarm is a timer that may be unset. An unset alarm's channel is nil, so
+// its case in a select never fires.
+type alarm struct{ t *time.Timer }
+
+func (a *alarm) set(d time.Duration) {
+	a.stop()
+	a.t = time.NewTimer(d)
+}
+
+func (a *alarm) stop() {
+	if a.t != nil {
+		a.t.Stop()
+		a.t = nil
+	}
+}
+
+func (a *alarm) armed() bool { return a.t != nil }
+
+func (a *alarm) c() <-chan time.Time {
+	if a.t == nil {
+		return nil
+	}
+	return a.t.C
+}
+
 // loop is the state of one supervision; one goroutine owns it.
 type loop struct {
 	cfg    Config
+	phase  phase
 	target signals.Target
 
 	childDone   bool
@@ -26,18 +79,32 @@ type loop struct {
 	stopping   bool        // a stop began: signal, context, max runtime or notice
 	stopSig    unix.Signal // the stop signal received, 0 if the stop had another cause
 	stopReason string      // why, for the termination log ("SIGTERM", "max runtime 72h0m0s", ...)
-	stopAt     time.Time   // when the stop began
 	graceEnd   time.Time   // when the grace budget ends
-	flushErr   error       // what AfterExit returned
+	ints       int         // SIGINTs received
+	killedAt   time.Time   // when the tree was SIGKILLed, zero if not
+	treeSignal bool        // leftovers were sent the stop signal after the child exited
 	restarts   int         // restarts done
 	env        []string    // the trainer's environment
 	oomBefore  uint64      // OOM kills counted before this trainer started
 	oomKilled  bool        // the main trainer process was OOM-killed
-	cancelExit context.CancelFunc
-	ints       int // SIGINTs received
-	deadline   *time.Timer
-	killedAt   time.Time // when the tree was SIGKILLed, zero if not
-	treeSignal bool      // leftovers were sent the stop signal after the child exited
+	flushErr   error       // why the last checkpoint was not made durable, if it was not
+
+	// Every timer is a case of the loop's select.
+	maxRuntime alarm // MaxRuntime after the start
+	kill       alarm // the grace deadline: SIGKILL what is left of the tree
+	killWait   alarm // after the SIGKILL: stop waiting for processes that do not die
+	backoff    alarm // the wait before a restart
+
+	// The hook in flight (BeforeRestart or AfterExit): its context's
+	// cancel, the time after which the loop stops waiting for it (and why
+	// then), and the channel its result arrives on.
+	cancelHook   context.CancelFunc
+	hookEnd      alarm
+	hookEndAt    time.Time
+	hookLimit    string // "the grace period", or the timeout
+	restartDone  chan restartResult
+	flushDone    chan error
+	restartEnded bool // a stop cancelled the BeforeRestart in flight
 }
 
 // Run starts cfg.Argv and supervises it until the main child and every
@@ -86,6 +153,7 @@ func (l *loop) start() error {
 	if err != nil {
 		return err
 	}
+	l.phase = phaseRunning
 	l.oomKilled = false
 	l.target = signals.Target{Pid: pid, ChildOnly: l.cfg.ChildOnly}
 	l.childDone, l.childStatus, l.noChildren, l.treeSignal = false, 0, false, false
@@ -94,29 +162,29 @@ func (l *loop) start() error {
 	return nil
 }
 
+// run is the one supervision loop, in the manner of tini's: wait for an
+// event (a signal, a timer, a hook's result, a notice, the reap tick),
+// handle it, reap, and move to the next phase when the current one is over.
 func (l *loop) run(ctx context.Context, sigs <-chan os.Signal) error {
 	tick := time.NewTicker(reapInterval)
 	defer tick.Stop()
+	defer l.stopTimers()
 	done := ctx.Done()
-	var maxRuntimeC <-chan time.Time
 	if l.cfg.MaxRuntime > 0 {
-		t := time.NewTimer(l.cfg.MaxRuntime)
-		defer t.Stop()
-		maxRuntimeC = t.C
+		l.maxRuntime.set(l.cfg.MaxRuntime)
 	}
 	notices := l.cfg.Notices
 	var ooms <-chan struct{}
 	if l.cfg.Memory != nil {
 		ooms = l.cfg.Memory.OOMKills()
 	}
-	var killWaitC <-chan time.Time
-	for {
-		var deadlineC <-chan time.Time
-		if l.deadline != nil {
-			deadlineC = l.deadline.C
-		}
+	for l.phase != phaseDone {
 		select {
-		case s := <-sigs:
+		case s, ok := <-sigs:
+			if !ok {
+				sigs = nil // a closed channel would spin the loop
+				continue
+			}
 			if sig, ok := s.(unix.Signal); ok {
 				l.signal(sig)
 			}
@@ -125,8 +193,8 @@ func (l *loop) run(ctx context.Context, sigs <-chan os.Signal) error {
 			done = nil
 			l.cfg.Log.Info("supervisor.context_done", "action", "stopping the trainer")
 			l.stopWith(l.cfg.StopSignals[0], true, "lifeboat was asked to stop", time.Time{})
-		case <-maxRuntimeC:
-			maxRuntimeC = nil
+		case <-l.maxRuntime.c():
+			l.maxRuntime.stop()
 			reason := fmt.Sprintf("max runtime %s reached", l.cfg.MaxRuntime)
 			l.cfg.Log.Warn("supervisor.max_runtime", "max_runtime", l.cfg.MaxRuntime.String(), "action", "stopping as on preemption")
 			l.stopWith(l.cfg.StopSignals[0], true, reason, time.Time{})
@@ -152,31 +220,77 @@ func (l *loop) run(ctx context.Context, sigs <-chan os.Signal) error {
 			l.cfg.Log.Warn("supervisor.preemption_notice", "source", n.Source, "deadline", n.Deadline.Format(time.RFC3339),
 				"detail", n.Detail, "signal", signals.Name(l.cfg.NoticeSignal))
 			l.stopWith(l.cfg.NoticeSignal, false, n.Source+" preemption notice", end)
-		case <-deadlineC:
-			l.deadline = nil
+		case <-l.kill.c():
+			l.kill.stop()
 			l.cfg.Log.Warn("supervisor.grace_expired", "grace", l.cfg.Grace.String(), "action", "SIGKILL everything left")
 			l.killTree()
-			killWaitC = time.After(killWait)
-		case <-killWaitC:
+		case <-l.killWait.c():
+			l.killWait.stop()
 			l.cfg.Log.Error("supervisor.unreaped", "waited", killWait.String(),
 				"effect", "exiting with processes that did not die after SIGKILL")
-			return l.finish()
+			l.phase = phaseDone
+		case <-l.backoff.c():
+			l.backoff.stop()
+			l.beginRestart()
+		case r := <-l.restartDone:
+			l.endRestart(r)
+		case err := <-l.flushDone:
+			l.endFlush(err)
+		case <-l.hookEnd.c():
+			l.hookEnd.stop()
+			l.hookOverdue()
 		}
 		l.reap()
-		if l.childDone && !l.treeSignal {
+		l.step()
+	}
+	return l.finish()
+}
+
+// step moves the supervision to its next phase once what the current one
+// waits for has happened. It runs after every event.
+func (l *loop) step() {
+	switch l.phase {
+	case phaseRunning:
+		if !l.childDone {
+			return
+		}
+		if !l.treeSignal {
 			l.treeSignal = true
 			l.signalLeftovers()
 		}
-		if l.childDone && l.noChildren {
-			if l.shouldRestart() {
-				if l.restart(sigs) {
-					killWaitC = nil
-					continue
-				}
-			}
-			l.afterExit(sigs)
-			return l.finish()
+		if !l.noChildren {
+			return
 		}
+		// The trainer and its whole tree are gone: their deadlines with them.
+		l.kill.stop()
+		l.killWait.stop()
+		if l.shouldRestart() {
+			l.beginBackoff()
+			return
+		}
+		l.beginFlush()
+	case phaseBackoff:
+		if l.stopping {
+			l.backoff.stop()
+			l.cfg.Log.Info("supervisor.restart_cancelled", "reason", l.stopReason, "phase", phaseBackoff.String())
+			l.beginFlush()
+		}
+	case phaseRestarting:
+		if l.stopping && !l.restartEnded {
+			l.restartEnded = true
+			l.cfg.Log.Info("supervisor.restart_cancelled", "reason", l.stopReason, "phase", phaseRestarting.String())
+			l.cancelHook()
+		}
+	}
+}
+
+// stopTimers stops every timer the loop may have armed.
+func (l *loop) stopTimers() {
+	for _, a := range []*alarm{&l.maxRuntime, &l.kill, &l.killWait, &l.backoff, &l.hookEnd} {
+		a.stop()
+	}
+	if l.cancelHook != nil {
+		l.cancelHook()
 	}
 }
 
@@ -195,172 +309,34 @@ func (l *loop) stopWith(sig unix.Signal, rewrite bool, reason string, end time.T
 	l.startStop(0, reason, end)
 }
 
-// shouldRestart reports whether the trainer that just ended (with its
-// tree) is to be started again.
-func (l *loop) shouldRestart() bool {
-	p := l.cfg.Restart
-	return p.OnFailure && !l.stopping && l.restarts < p.Max && StatusCode(l.childStatus) != 0
-}
-
-// restart waits the backoff (still answering signals: a stop signal during
-// it cancels the restart), runs BeforeRestart and starts the trainer again.
-// It reports whether a new trainer runs.
-func (l *loop) restart(sigs <-chan os.Signal) bool {
-	backoff := l.cfg.Restart.Backoff
-	for i := 0; i < l.restarts && backoff < 5*time.Minute; i++ {
-		backoff *= 2
-	}
-	backoff = min(backoff, 5*time.Minute)
-	l.cfg.Log.Warn("supervisor.restart", "status", describeStatus(l.childStatus), "attempt", l.restarts+1,
-		"max", l.cfg.Restart.Max, "backoff", backoff.String())
-	wait := time.NewTimer(backoff)
-	defer wait.Stop()
-	for waiting := true; waiting; {
-		select {
-		case s := <-sigs:
-			if sig, ok := s.(unix.Signal); ok {
-				l.signal(sig)
-			}
-			if l.stopping {
-				l.cfg.Log.Info("supervisor.restart_cancelled", "reason", l.stopReason)
-				return false
-			}
-		case <-wait.C:
-			waiting = false
-		}
-		l.reap()
-	}
-	env := l.env
-	if l.cfg.BeforeRestart != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.AfterExitTimeout)
-		extra, err := l.cfg.BeforeRestart(ctx, l.restarts+1)
-		cancel()
-		if err != nil {
-			l.cfg.Log.Error("supervisor.restart_failed", "err", err, "effect", "not restarting")
-			return false
-		}
-		env = MergeEnv(env, extra)
-	}
-	l.restarts++
-	// The previous trainer's leftovers are gone: its deadline must not fire
-	// on the new one.
-	if l.deadline != nil {
-		l.deadline.Stop()
-		l.deadline = nil
-	}
-	l.killedAt = time.Time{}
-	if l.cfg.OnRestart != nil {
-		reason := "exit_code"
-		if l.childStatus.Signaled() {
-			reason = "signal"
-		}
-		l.cfg.OnRestart(reason)
-	}
-	prev := l.env
-	l.env = env
-	if err := l.start(); err != nil {
-		l.cfg.Log.Error("supervisor.restart_failed", "err", err)
-		l.env = prev
-		return false
-	}
-	return true
-}
-
-// MergeEnv returns base with the variables in extra set, replacing earlier
-// values (getenv in the child sees only the first of duplicates).
-func MergeEnv(base, extra []string) []string {
-	set := map[string]bool{}
-	for _, kv := range extra {
-		k, _, _ := strings.Cut(kv, "=")
-		set[k] = true
-	}
-	out := make([]string, 0, len(base)+len(extra))
-	for _, kv := range base {
-		k, _, _ := strings.Cut(kv, "=")
-		if !set[k] {
-			out = append(out, kv)
-		}
-	}
-	return append(out, extra...)
-}
-
-// afterExit runs cfg.AfterExit under its deadline while still answering
-// signals (a second SIGINT cancels it) and reaping.
-func (l *loop) afterExit(sigs <-chan os.Signal) {
-	if l.cfg.AfterExit == nil {
-		return
-	}
-	stopped := l.stopping
-	var ctx context.Context
-	var cancel context.CancelFunc
-	if stopped {
-		ctx, cancel = context.WithDeadline(context.Background(), l.graceEnd.Add(-ExitMargin))
-	} else {
-		ctx, cancel = context.WithTimeout(context.Background(), l.cfg.AfterExitTimeout)
-	}
-	defer cancel()
-	l.cancelExit = cancel
-	done := make(chan error, 1)
-	go func() {
-		defer func() {
-			if r := recover(); r != nil {
-				done <- fmt.Errorf("final upload panicked: %v", r)
-			}
-		}()
-		done <- l.cfg.AfterExit(ctx, stopped)
-	}()
-	tick := time.NewTicker(reapInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-done:
-			l.flushErr = err
-			if err != nil {
-				l.cfg.Log.Error("supervisor.final_upload_failed", "err", err)
-			}
-			return
-		case s := <-sigs:
-			if sig, ok := s.(unix.Signal); ok {
-				l.signal(sig)
-			}
-		case <-tick.C:
-		}
-		l.reap()
-	}
-}
-
-// signal handles one received signal.
+// signal handles one received signal. Signals that are not Forwardable
+// are dropped: SIGCHLD (the loop reaps after every event), SIGPIPE
+// (lifeboat's own, from a log reader that went away), and the rest that
+// signals.Forwardable lists.
 func (l *loop) signal(sig unix.Signal) {
-	if sig == unix.SIGCHLD {
-		return // the loop reaps after every event
-	}
 	if !signals.Forwardable(sig) {
 		return
 	}
 	if sig == unix.SIGINT {
 		l.ints++
 	}
-	isStop := false
-	for _, s := range l.cfg.StopSignals {
-		if s == sig {
-			isStop = true
-		}
-	}
 	if !l.childDone {
 		signals.Deliver(l.target, l.cfg.Rewrite, l.cfg.Kill, sig, l.cfg.Log)
 	}
-	if isStop {
+	if slices.Contains(l.cfg.StopSignals, sig) {
 		l.startStop(sig, "SIG"+signals.Name(sig), time.Time{})
 	}
-	if sig == unix.SIGINT && l.ints >= 2 {
-		// A second INT means "stop now", as when Ctrl-C is pressed twice.
-		if l.cancelExit != nil {
-			l.cfg.Log.Warn("supervisor.second_interrupt", "action", "cancel the final upload")
-			l.cancelExit()
-		} else if l.killedAt.IsZero() {
-			l.cfg.Log.Warn("supervisor.second_interrupt", "action", "SIGKILL everything now")
-			l.killTree()
-		}
+	if sig != unix.SIGINT || l.ints < 2 {
+		return
+	}
+	// A second INT means "stop now", as when Ctrl-C is pressed twice.
+	switch {
+	case l.phase == phaseFlushing:
+		l.cfg.Log.Warn("supervisor.second_interrupt", "action", "cancel the final upload")
+		l.cancelHook()
+	case l.phase == phaseRunning && l.killedAt.IsZero():
+		l.cfg.Log.Warn("supervisor.second_interrupt", "action", "SIGKILL everything now")
+		l.killTree()
 	}
 }
 
@@ -369,8 +345,10 @@ func (l *loop) signal(sig unix.Signal) {
 // Later stops do not move the end, unless they bring it forward (a
 // preemption notice with an earlier deadline). sig is the signal received,
 // 0 when the stop had another cause; end, when set, is the budget's end.
+// After the trainer's tree is gone (backoff, restarting, flushing) the
+// budget bounds the hook in flight and the final flush instead.
 func (l *loop) startStop(sig unix.Signal, reason string, end time.Time) {
-	now := l.cfg.Clock()
+	now := time.Now()
 	if end.IsZero() || end.After(now.Add(l.cfg.Grace)) {
 		end = now.Add(l.cfg.Grace)
 	}
@@ -380,13 +358,26 @@ func (l *loop) startStop(sig unix.Signal, reason string, end time.Time) {
 		}
 		l.cfg.Log.Warn("supervisor.deadline_moved", "reason", reason, "deadline", end.Format(time.RFC3339Nano))
 	} else {
-		l.stopping, l.stopSig, l.stopReason, l.stopAt = true, sig, reason, now
+		l.stopping, l.stopSig, l.stopReason = true, sig, reason
 	}
 	l.graceEnd = end
 	if l.cfg.OnStop != nil {
 		l.cfg.OnStop(end)
 	}
+	delivered := "none"
+	if sig != 0 && !l.childDone {
+		delivered = signals.Name(l.cfg.Rewrite.Apply(sig))
+	}
 	grace := end.Sub(now)
+	if l.phase != phaseRunning {
+		// The tree is gone: the whole budget is the final upload's.
+		l.boundHook(end.Add(-ExitMargin), "the grace period")
+		l.cfg.Log.Info("supervisor.stopping", "reason", reason, "signal", signals.Name(sig), "delivered", delivered,
+			"phase", l.phase.String(),
+			"budget", fmt.Sprintf("grace %s, all of it for the final upload (the trainer's tree is gone)", grace.Round(time.Millisecond)),
+			"deadline", end.Format(time.RFC3339Nano))
+		return
+	}
 	budget := grace
 	var reserve time.Duration
 	why := "no final upload"
@@ -399,16 +390,10 @@ func (l *loop) startStop(sig unix.Signal, reason string, end time.Time) {
 	case l.childDone: // leftovers are already being waited for under their own deadline
 		l.armDeadline()
 	case l.killedAt.IsZero():
-		if l.deadline != nil {
-			l.deadline.Stop()
-		}
-		l.deadline = time.NewTimer(budget)
-	}
-	delivered := "none"
-	if sig != 0 {
-		delivered = signals.Name(l.cfg.Rewrite.Apply(sig))
+		l.kill.set(budget)
 	}
 	l.cfg.Log.Info("supervisor.stopping", "reason", reason, "signal", signals.Name(sig), "delivered", delivered,
+		"phase", l.phase.String(),
 		"budget", fmt.Sprintf("grace %s = trainer %s + final upload reserve %s (%s)", grace.Round(time.Millisecond), budget.Round(time.Millisecond), reserve.Round(time.Millisecond), why),
 		"kill_at", now.Add(budget).Format(time.RFC3339Nano),
 		"deadline", end.Format(time.RFC3339Nano))
@@ -416,8 +401,8 @@ func (l *loop) startStop(sig unix.Signal, reason string, end time.Time) {
 
 // armDeadline starts the grace timer for leftovers when no stop started one.
 func (l *loop) armDeadline() {
-	if l.deadline == nil && l.killedAt.IsZero() {
-		l.deadline = time.NewTimer(l.cfg.Grace)
+	if !l.kill.armed() && l.killedAt.IsZero() {
+		l.kill.set(l.cfg.Grace)
 	}
 }
 
@@ -441,7 +426,7 @@ func (l *loop) reap() {
 			return
 		}
 		if l.cfg.OnReap != nil {
-			l.cfg.OnReap(pid, ws, l.cfg.Clock())
+			l.cfg.OnReap(pid, ws, time.Now())
 		}
 		if pid == l.target.Pid {
 			l.childDone = true
@@ -506,16 +491,16 @@ func (l *loop) descendants() []int {
 
 // killTree SIGKILLs the child's process group and every descendant,
 // including those that left the group with setsid or a double fork. It
-// repeats while new processes appear (a fork racing the kill).
+// repeats while new processes appear (a fork racing the kill), then gives
+// the killed processes killWait to be reaped: PID 1 must never hang on one
+// in uninterruptible sleep.
 func (l *loop) killTree() {
 	if l.cfg.BeforeKill != nil {
 		l.cfg.BeforeKill()
 	}
-	l.killedAt = l.cfg.Clock()
-	if l.deadline != nil {
-		l.deadline.Stop()
-		l.deadline = nil
-	}
+	l.killedAt = time.Now()
+	l.kill.stop()
+	l.killWait.set(killWait)
 	if !l.childDone {
 		if err := l.cfg.Kill(-l.target.Pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
 			l.cfg.Log.Warn("supervisor.kill_failed", "pgid", l.target.Pid, "err", err)
