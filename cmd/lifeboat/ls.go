@@ -20,7 +20,13 @@ type lsOptions struct {
 
 // lsEntry is one line of `lifeboat ls --json`.
 type lsEntry struct {
-	Step      int64     `json:"step"`
+	Step int64 `json:"step"`
+	// Revision is the highest revision of the step's ranks: each rank's
+	// snapshot is its highest revision.
+	Revision int `json:"revision"`
+	// Counter: the trainer did not number this checkpoint; it follows the
+	// named step Step.
+	Counter   bool      `json:"counter"`
 	IDs       []string  `json:"ids"`
 	Created   time.Time `json:"created"`
 	Ranks     []int     `json:"ranks"`
@@ -36,7 +42,11 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o.common.register(fs)
 	o.store.register(fs)
 	fs.BoolVar(&o.json, "json", false, "print JSON, one array of checkpoints")
-	fs.Usage = flagUsage(fs, stderr, "lifeboat ls --store URL [--json]")
+	fs.Usage = flagUsage(fs, stderr, "lifeboat ls --store URL [--json]\n\n"+
+		"Lists every step, oldest first. REV is the step's highest revision: a step whose files\n"+
+		"changed after it was committed is stored again as revision 1, 2, ..., and each rank's\n"+
+		"highest revision is what a restore takes. KIND is named, or counter for a checkpoint the\n"+
+		"trainer did not number, stored as a revision of the named step it follows.")
 	if code := parseCmd(fs, args, stderr); code >= 0 {
 		return code
 	}
@@ -52,7 +62,7 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	entries := make([]lsEntry, 0, len(snaps))
 	for _, sn := range snaps {
-		e := lsEntry{Step: sn.Step, Created: sn.Created, WorldSize: sn.WorldSize, Bytes: sn.Bytes, Complete: sn.Complete, IDs: []string{}, Ranks: []int{}}
+		e := lsEntry{Step: sn.Step, Revision: sn.Revision, Counter: sn.Counter, Created: sn.Created, WorldSize: sn.WorldSize, Bytes: sn.Bytes, Complete: sn.Complete, IDs: []string{}, Ranks: []int{}}
 		for _, r := range sn.Ranks {
 			e.Ranks = append(e.Ranks, r.Rank)
 			if r.Err != nil {
@@ -73,17 +83,21 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "STEP\tCREATED\tRANKS\tBYTES\tSTATE\tID")
+	fmt.Fprintln(tw, "STEP\tREV\tKIND\tCREATED\tRANKS\tBYTES\tSTATE\tID")
 	for _, e := range entries {
 		state := "complete"
 		if !e.Complete {
 			state = "incomplete"
 		}
+		kind := "named"
+		if e.Counter {
+			kind = "counter"
+		}
 		id := ""
 		if len(e.IDs) > 0 {
 			id = e.IDs[0]
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d/%d\t%d\t%s\t%s\n", e.Step, e.Created.UTC().Format(time.RFC3339), len(e.Ranks), e.WorldSize, e.Bytes, state, id)
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d/%d\t%d\t%s\t%s\n", e.Step, e.Revision, kind, e.Created.UTC().Format(time.RFC3339), len(e.Ranks), e.WorldSize, e.Bytes, state, id)
 	}
 	return exitOnErr(tw.Flush(), "ls", stderr)
 }

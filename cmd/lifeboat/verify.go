@@ -22,7 +22,7 @@ func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	o.common.register(fs)
 	o.store.register(fs)
 	fs.StringVar(&o.subset, "read-data-subset", "", "also download and hash part n of t of the chunks (n/t), or all; default: check existence and sizes only")
-	fs.Usage = flagUsage(fs, stderr, "lifeboat verify --store URL [--read-data-subset n/t] [STEP|latest]")
+	fs.Usage = flagUsage(fs, stderr, "lifeboat verify --store URL [--read-data-subset n/t] [STEP|latest|all]\n\nChecks each rank's highest revision of the step: the snapshot a restore takes.")
 	if code := parseCmd(fs, args, stderr); code >= 0 {
 		return code
 	}
@@ -77,11 +77,11 @@ func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return 1
 		}
 		if rep.OK() {
-			fmt.Fprintf(stdout, "step %d: ok (%d manifests, %d chunks, %d read, %d bytes read)\n", step, rep.Manifests, rep.Chunks, rep.ChunksRead, rep.BytesRead)
+			fmt.Fprintf(stdout, "step %d rev %d: ok (%d manifests, %d chunks, %d read, %d bytes read)\n", step, rep.Revision, rep.Manifests, rep.Chunks, rep.ChunksRead, rep.BytesRead)
 			continue
 		}
 		bad++
-		fmt.Fprintf(stdout, "step %d: %d problems\n", step, len(rep.Problems))
+		fmt.Fprintf(stdout, "step %d rev %d: %d problems\n", step, rep.Revision, len(rep.Problems))
 		for _, p := range rep.Problems {
 			fmt.Fprintf(stdout, "  %s\n", p)
 		}
