@@ -6,9 +6,12 @@
 // (step, rank). File contents are cut into fixed-size chunks stored once by
 // their SHA-256 under chunks/; a JSON manifest per (step, rank) under
 // snapshots/ lists every file and its chunks and is written last, create-only.
-// A step is complete when the manifests of all ranks 0..n-1 exist. The
-// storage layout and the rules that make concurrent upload and prune safe are
-// in docs/FORMAT.md.
+// When a committed step's files change, they are committed as the next
+// revision of that step and rank; a rank's snapshot of a step is its highest
+// revision. A step is complete when the manifests of all ranks 0..n-1 exist.
+// Files are read only as the regular files scanned, unchanged while read,
+// and whole by the checks of package format. The storage layout and the
+// rules that make concurrent upload and prune safe are in docs/FORMAT.md.
 //
 // The package depends on storage.Store only, never on a backend's client.
 package checkpoint
