@@ -387,11 +387,18 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, targe
 	for range workers {
 		wg.Go(func() {
 			for job := range jobs {
+				mu.Lock()
+				void := attempts[job.file] != job.attempt
+				mu.Unlock()
+				if void { // the file changed: this read of it is void
+					pool <- job.buf
+					continue
+				}
 				err := u.storeChunk(ctx, job, backoff, func(sum string) (skip bool) {
 					mu.Lock()
 					defer mu.Unlock()
 					if attempts[job.file] != job.attempt {
-						return true // the file changed: this read of it is void
+						return true // void since the check above
 					}
 					chunks[job.file][job.chunk].SHA256 = sum
 					if seen[sum] {
