@@ -280,7 +280,7 @@ send:
 		}
 	}
 	if !opts.SkipFormatCheck {
-		if err := checkRestored(ctx, tmp, m.Files, cmpOrInt(opts.Workers, DefaultDownloadWorkers)); err != nil {
+		if err := checkRestored(ctx, tmp, m.Files, m.Rank, cmpOrInt(opts.Workers, DefaultDownloadWorkers)); err != nil {
 			return err
 		}
 	}
@@ -302,15 +302,25 @@ send:
 	return nil
 }
 
+// checkSet runs format.CheckSet for the coordinator's snapshot (rank 0):
+// Paddle's save_state_dict writes the *.metadata there only, so another
+// rank's *.distcp shards stand alone.
+func checkSet(paths []string, rank int) error {
+	if rank != 0 {
+		return nil
+	}
+	return format.CheckSet(paths)
+}
+
 // checkRestored runs the format checks on the restored files under tmp, up
 // to workers at once. A file that is not whole is an error wrapping
 // ErrCorrupt and format.ErrTorn.
-func checkRestored(ctx context.Context, tmp string, files []File, workers int) error {
+func checkRestored(ctx context.Context, tmp string, files []File, rank, workers int) error {
 	paths := make([]string, len(files))
 	for i, f := range files {
 		paths[i] = f.Path
 	}
-	if err := format.CheckSet(paths); err != nil {
+	if err := checkSet(paths, rank); err != nil {
 		return formatCorrupt("the snapshot's files", err)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)

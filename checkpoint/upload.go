@@ -289,7 +289,9 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, targe
 		for i, f := range files {
 			rels[i] = f.rel
 		}
-		if err := format.CheckSet(rels); err != nil {
+		// Paddle's save_state_dict writes the metadata on the coordinator
+		// (rank 0) only: other ranks' shards are checked one by one.
+		if err := checkSet(rels, target.Rank); err != nil {
 			if !errors.Is(err, format.ErrTorn) {
 				return nil, fmt.Errorf("checkpoint: upload %s: format check: %w", dir, err)
 			}

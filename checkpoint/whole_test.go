@@ -41,19 +41,21 @@ func TestUploadRefusesTornFiles(t *testing.T) {
 		name string
 		tr   tree
 		skip bool   // Uploader.SkipFormatCheck
+		rank int    // of 2 ranks when not 0
 		bad  string // the file named in the error; "" for success
 		// reads of the bad file: 1 (it is read once, never again), 0 when
 		// the set of paths is what fails
 		reads int32
 	}{
 		{"whole files of each format", tree{"model.pdparams": params, "model.pt": archive,
-			"dist/0_0.distcp": pickleOf([]byte("shard")), "dist/0.metadata": pickleOf([]byte("meta")), "notes.txt": []byte("any")}, false, "", 0},
-		{"pickle cut short", tree{"model.pdparams": params[:len(params)-testChunk-3], "opt.pdopt": pickleOf([]byte("x"))}, false, "model.pdparams", 1},
-		{"pickle cut within its first chunk", tree{"opt.pdopt": params[:100]}, false, "opt.pdopt", 1},
-		{"empty pickle", tree{"model.pdparams": {}}, false, "model.pdparams", 1},
-		{"zip cut short", tree{"model.pt": archive[:len(archive)-10]}, false, "model.pt", 1},
-		{"distcp shard without its metadata", tree{"dist/0_0.distcp": pickleOf([]byte("shard"))}, false, "dist", 0},
-		{"torn pickle with the checks off", tree{"model.pdparams": params[:len(params)-1]}, true, "", 0},
+			"dist/0_0.distcp": pickleOf([]byte("shard")), "dist/0.metadata": pickleOf([]byte("meta")), "notes.txt": []byte("any")}, false, 0, "", 0},
+		{"pickle cut short", tree{"model.pdparams": params[:len(params)-testChunk-3], "opt.pdopt": pickleOf([]byte("x"))}, false, 0, "model.pdparams", 1},
+		{"pickle cut within its first chunk", tree{"opt.pdopt": params[:100]}, false, 0, "opt.pdopt", 1},
+		{"empty pickle", tree{"model.pdparams": {}}, false, 0, "model.pdparams", 1},
+		{"zip cut short", tree{"model.pt": archive[:len(archive)-10]}, false, 0, "model.pt", 1},
+		{"distcp shard without its metadata", tree{"dist/0_0.distcp": pickleOf([]byte("shard"))}, false, 0, "dist", 0},
+		{"another rank's shard: the metadata is the coordinator's", tree{"dist/1_0.distcp": pickleOf([]byte("shard"))}, false, 1, "", 0},
+		{"torn pickle with the checks off", tree{"model.pdparams": params[:len(params)-1]}, true, 0, "", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,13 +73,17 @@ func TestUploadRefusesTornFiles(t *testing.T) {
 				}
 			}
 			paths := slices.Sorted(maps.Keys(tt.tr))
-			res, err := u.UploadFiles(ctx, dir, paths, Target{Step: 1, WorldSize: 1})
+			world := 1
+			if tt.rank > 0 {
+				world = tt.rank + 1
+			}
+			res, err := u.UploadFiles(ctx, dir, paths, Target{Step: 1, Rank: tt.rank, WorldSize: world})
 			if tt.bad == "" {
 				if err != nil {
 					t.Fatal(err)
 				}
 				out := t.TempDir()
-				if _, err := Restore(ctx, s, 1, 0, out, RestoreOptions{Backoff: noWait, SkipFormatCheck: tt.skip}); err != nil {
+				if _, err := Restore(ctx, s, 1, tt.rank, out, RestoreOptions{Backoff: noWait, SkipFormatCheck: tt.skip, WorldSize: world}); err != nil {
 					t.Fatal(err)
 				}
 				checkTree(t, out, tt.tr)
