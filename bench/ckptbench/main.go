@@ -18,6 +18,10 @@
 //  3. Verified restore (`lifeboat restore`) into an empty directory against
 //     `mc cp` of the same bytes from the server to local disk, with the page
 //     cache dropped before each.
+//  4. The cost of the format checks: a checkpoint of -size bytes in 64
+//     pickle files uploaded through checkpoint.Uploader with the checks on
+//     and off (in alternating order, each into a new prefix so nothing is
+//     deduplicated), and the checks alone over the same files in memory.
 //
 // Peak RSS comes from /usr/bin/time -v. The server and credentials come from
 // AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; mc finds
@@ -45,6 +49,7 @@ import (
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
+	"github.com/lifeboat-project/lifeboat/format"
 	"github.com/lifeboat-project/lifeboat/storage/s3"
 )
 
@@ -72,6 +77,7 @@ type round struct {
 	mcDownRSS                      int64
 	restoreCPU, restoreServer      float64 // 3: CPU seconds of lifeboat, and of the server meanwhile
 	mcDownCPU, mcDownServer        float64 // 3: the same for mc
+	checksOn, checksOff, checkOnly float64 // 4: uploads with and without the format checks, the checks alone
 }
 
 func main() {
@@ -206,7 +212,66 @@ func runRound(ctx context.Context, o options, self string, i int) (round, error)
 	if err := second(); err != nil {
 		return r, err
 	}
-	return r, nil
+	logf("run %d: format checks on and off, %d bytes in %d files", i+1, o.size, formatFiles)
+	return r, formatCost(ctx, o, i, dir, &r)
+}
+
+// formatFiles is how many pickles measurement 4's checkpoint is made of.
+const formatFiles = 64
+
+// formatCost is measurement 4.
+func formatCost(ctx context.Context, o options, i int, dir string, r *round) error {
+	many := filepath.Join(dir, "many")
+	if err := os.MkdirAll(many, 0o755); err != nil {
+		return err
+	}
+	var paths []string
+	for k := range formatFiles {
+		name := fmt.Sprintf("shard_%02d.pdparams", k)
+		f, err := os.Create(filepath.Join(many, name))
+		if err != nil {
+			return err
+		}
+		err = writeStateDict(f, o.size/formatFiles, uint64(1000*i+k))
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		paths = append(paths, name)
+	}
+	upload := func(skip bool, secs *float64) error {
+		st, err := openStore(ctx, o.bucket, fmt.Sprintf("format-%d-%v", i, skip))
+		if err != nil {
+			return err
+		}
+		u := &checkpoint.Uploader{Store: st, Producer: "ckptbench", SkipFormatCheck: skip}
+		t0 := time.Now()
+		if _, err := u.UploadFiles(ctx, many, paths, checkpoint.Target{Step: 1, WorldSize: 1}); err != nil {
+			return err
+		}
+		*secs = time.Since(t0).Seconds()
+		return nil
+	}
+	on, off := func() error { return upload(false, &r.checksOn) }, func() error { return upload(true, &r.checksOff) }
+	if i%2 == 1 {
+		on, off = off, on
+	}
+	if err := on(); err != nil {
+		return err
+	}
+	if err := off(); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	for _, p := range paths {
+		if err := format.CheckFile(filepath.Join(many, p)); err != nil {
+			return err
+		}
+	}
+	r.checkOnly = time.Since(t0).Seconds()
+	return nil
 }
 
 // sigtermToDurable runs lifeboat with the helper trainer, sends SIGTERM
@@ -526,13 +591,21 @@ func printTables(w io.Writer, o options, rounds []round, dropped bool) {
 		maxRSS(func(r round) int64 { return r.termRSS }), maxRSS(func(r round) int64 { return r.restoreRSS }),
 		maxRSS(func(r round) int64 { return r.mcUpRSS }), maxRSS(func(r round) int64 { return r.mcDownRSS }))
 
+	on := med(func(r round) float64 { return r.checksOn })
+	off := med(func(r round) float64 { return r.checksOff })
+	alone := med(func(r round) float64 { return r.checkOnly })
+	fmt.Fprintf(w, "| 4. upload of %d pickles, format checks on / off (Go API) | %.2f s / %.2f s (%+.1f%%) | | | | |\n",
+		formatFiles, on, off, 100*(on-off)/off)
+	fmt.Fprintf(w, "| 4. the format checks alone over the same files (page cache) | %.3f s (%.2f%% of the upload) | | | < 1%% | %s |\n",
+		alone, 100*alone/off, yes(alone/off < 0.01))
+
 	fmt.Fprintln(w, "\nEach run (seconds):")
-	fmt.Fprintln(w, "\n| run | 1. total | write | total-write | flush | mc up | 2. first | second | moved bytes | 3. restore | mc down | mc down+fsync |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "\n| run | 1. total | write | total-write | flush | mc up | 2. first | second | moved bytes | 3. restore | mc down | mc down+fsync | 4. checks on | off | alone |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for i, r := range rounds {
-		fmt.Fprintf(w, "| %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %.2f | %.2f | %.2f |\n", i+1,
+		fmt.Fprintf(w, "| %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f |\n", i+1,
 			r.termTotal, r.trainerWrite, r.termTotal-r.trainerWrite, r.flush, r.mcUp, r.first, r.second, r.secondBytes,
-			r.restore, r.mcDown, r.mcDownSync)
+			r.restore, r.mcDown, r.mcDownSync, r.checksOn, r.checksOff, r.checkOnly)
 	}
 	trainerRSS := maxRSS(func(r round) int64 { return r.trainerRSS })
 	cache := "dropped before each restore and mc download"

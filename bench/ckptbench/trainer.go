@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"flag"
@@ -45,7 +46,7 @@ func trainer(args []string) {
 	check(os.MkdirAll(filepath.Dir(path), 0o755))
 	f, err := os.Create(path)
 	check(err)
-	check(writeRandom(f, *size, *seed))
+	check(writePickle(f, *size, *seed))
 	check(f.Close())
 	d := time.Since(t0)
 
@@ -54,6 +55,56 @@ func trainer(args []string) {
 	b, err := json.Marshal(trainerReport{WriteSeconds: d.Seconds(), Bytes: *size, MaxRSSKiB: ru.Maxrss})
 	check(err)
 	check(writeAtomic(*report, b))
+}
+
+// writePickle writes a pickle of exactly size bytes (at least 12), as
+// paddle.save would: PROTO 4, one BINBYTES8 whose payload is writeRandom's
+// stream, and STOP, so lifeboat's format check passes and reads every byte.
+func writePickle(f *os.File, size int64, seed uint64) error {
+	if size < 12 {
+		return fmt.Errorf("a pickle needs at least 12 bytes, not %d", size)
+	}
+	head := []byte{0x80, 0x04, 0x8e, 0, 0, 0, 0, 0, 0, 0, 0}
+	binary.LittleEndian.PutUint64(head[3:], uint64(size-12))
+	if _, err := f.Write(head); err != nil {
+		return err
+	}
+	if err := writeRandom(f, size-12, seed); err != nil {
+		return err
+	}
+	_, err := f.Write([]byte{'.'})
+	return err
+}
+
+// writeStateDict writes a pickle of about size bytes shaped like a
+// state_dict: a dict of named tensors, alternately 4 KiB and 508 KiB of
+// writeRandom's stream (a bias, a weight), so a format check walks many
+// opcodes and skips many payloads.
+func writeStateDict(f *os.File, size int64, seed uint64) error {
+	w := bufio.NewWriterSize(f, 1<<20)
+	w.Write([]byte{0x80, 0x04, '}', '('}) // PROTO 4, EMPTY_DICT, MARK
+	var key [32]byte
+	binary.LittleEndian.PutUint64(key[:], seed)
+	src := rand.NewChaCha8(key)
+	buf := make([]byte, 508<<10)
+	for k := 0; size > 0; k++ {
+		n, name := int64(4<<10), fmt.Sprintf("layers.%d.bias", k/2)
+		if k%2 == 1 {
+			n, name = 508<<10, fmt.Sprintf("layers.%d.weight", k/2)
+		}
+		n = min(n, size)
+		w.Write([]byte{0x8c, byte(len(name))}) // SHORT_BINUNICODE
+		w.WriteString(name)
+		var hdr [9]byte
+		hdr[0] = 0x8e // BINBYTES8
+		binary.LittleEndian.PutUint64(hdr[1:], uint64(n))
+		w.Write(hdr[:])
+		src.Read(buf[:n])
+		w.Write(buf[:n])
+		size -= n
+	}
+	w.Write([]byte{'u', '.'}) // SETITEMS, STOP
+	return w.Flush()
 }
 
 // writeRandom writes size bytes of a ChaCha8 stream seeded with seed:
