@@ -75,14 +75,28 @@ type Config struct {
 	// UploadLimit caps the upload rate of the whole store in bytes per
 	// second; 0 means unlimited.
 	UploadLimit int64
+	// ConnectTimeout bounds making a connection: the TCP connect (with
+	// the name lookup) and, for https, the TLS handshake. 0 means
+	// DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// ResponseTimeout bounds the wait for a response's headers once the
+	// request, body included, has been sent. It never cuts an upload that
+	// is still sending: the body's transfer is StallTimeout's. 0 means
+	// DefaultResponseTimeout.
+	ResponseTimeout time.Duration
 	// StallTimeout fails a transfer whose connection moves no byte in
 	// either direction for this long (a hung server, a dead route), so
 	// that it is retried instead of hanging. 0 means DefaultStallTimeout.
 	StallTimeout time.Duration
 }
 
-// DefaultStallTimeout is Config.StallTimeout's default.
-const DefaultStallTimeout = 60 * time.Second
+// Timeout defaults: together they bound a server that accepts connections
+// but never answers, or never accepts them, to well under a minute.
+const (
+	DefaultConnectTimeout  = 10 * time.Second
+	DefaultResponseTimeout = 30 * time.Second
+	DefaultStallTimeout    = 60 * time.Second
+)
 
 // FromEnv fills fields still empty from the standard environment variables,
 // read through getenv (os.Getenv in the command layer): AWS_ENDPOINT_URL_S3
@@ -114,6 +128,12 @@ func (c Config) withDefaults() Config {
 	if c.Endpoint == "" {
 		c.Endpoint = DefaultEndpoint
 	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.ResponseTimeout == 0 {
+		c.ResponseTimeout = DefaultResponseTimeout
+	}
 	if c.StallTimeout == 0 {
 		c.StallTimeout = DefaultStallTimeout
 	}
@@ -139,11 +159,11 @@ func (c Config) Validate() error {
 	u, err := url.Parse(c.Endpoint)
 	switch {
 	case err != nil:
-		errs = append(errs, fmt.Errorf("the endpoint %q (--endpoint, AWS_ENDPOINT_URL) is not a URL: %v", c.Endpoint, err))
+		errs = append(errs, fmt.Errorf("the endpoint %q (--s3-endpoint, AWS_ENDPOINT_URL) is not a URL: %v", c.Endpoint, err))
 	case u.Scheme != "http" && u.Scheme != "https":
-		errs = append(errs, fmt.Errorf("the endpoint %q (--endpoint, AWS_ENDPOINT_URL) must start with http:// or https://", c.Endpoint))
+		errs = append(errs, fmt.Errorf("the endpoint %q (--s3-endpoint, AWS_ENDPOINT_URL) must start with http:// or https://", c.Endpoint))
 	case u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil:
-		errs = append(errs, fmt.Errorf("the endpoint %q (--endpoint, AWS_ENDPOINT_URL) must be scheme://host[:port] only", c.Endpoint))
+		errs = append(errs, fmt.Errorf("the endpoint %q (--s3-endpoint, AWS_ENDPOINT_URL) must be scheme://host[:port] only", c.Endpoint))
 	}
 	if c.Bucket == "" {
 		errs = append(errs, errors.New("no bucket is set; give the store as s3://bucket/prefix"))
@@ -164,6 +184,14 @@ func (c Config) Validate() error {
 	}
 	if c.UploadLimit < 0 {
 		errs = append(errs, fmt.Errorf("the upload limit %d (--upload-limit) must not be negative", c.UploadLimit))
+	}
+	for _, d := range []struct {
+		v    time.Duration
+		flag string
+	}{{c.ConnectTimeout, "--s3-connect-timeout"}, {c.ResponseTimeout, "--s3-response-timeout"}, {c.StallTimeout, "--s3-stall-timeout"}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("the timeout %s (%s) must be positive", d.v, d.flag))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -28,6 +28,20 @@
 // offset (a bytes.Reader, as the checkpoint uploader does) is sent straight
 // from the caller's memory.
 //
+// Timeouts: every request has three clocks, Config.ConnectTimeout (TCP
+// connect and TLS handshake), Config.ResponseTimeout (the response's
+// headers, counted from when the request, body included, has been sent, so
+// an upload that is still sending is never cut) and Config.StallTimeout (a
+// read or write that moves no byte). A request that runs out of one ends
+// its whole call at once with an error that names the endpoint and the flag
+// to raise, a net.Error whose Timeout is true, not marked permanent:
+// minio-go's own ten retries, each waiting as long again, would hide a
+// black-holed endpoint for minutes; the caller's retries decide instead.
+// Opening the store also gives up once ConnectTimeout+ResponseTimeout have
+// passed, so a server that accepts connections and never answers fails New
+// within ResponseTimeout, one that never accepts them within
+// ConnectTimeout.
+//
 // Stat reports the SHA-256 where it was known when the upload began (every
 // single-PUT object, and multipart objects whose caller passed it); List
 // does not report it.

@@ -33,6 +33,8 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, op
 	if err := ctx.Err(); err != nil {
 		return storage.ObjectInfo{}, fmt.Errorf("s3: put %s: %w", key, err)
 	}
+	ctx, end := call(ctx)
+	defer end(nil)
 	partSize := s.cfg.PartSize
 	if size > partSize*maxParts {
 		partSize = (size + maxParts - 1) / maxParts
@@ -167,7 +169,7 @@ func (s *Store) putOne(ctx context.Context, key string, body *io.SectionReader, 
 	po := putOptions(opts, map[string]string{chk.header: chk.value, metaSHA256: opts.SHA256})
 	ui, err := s.core.PutObject(ctx, s.cfg.Bucket, s.prefix+key, body, body.Size(), "", "", po)
 	if err != nil {
-		return storage.ObjectInfo{}, s.translate("put", key, err)
+		return storage.ObjectInfo{}, s.translate(ctx, "put", key, err)
 	}
 	if got := echoed(ui, chk.header); got != "" && got != chk.value {
 		return storage.ObjectInfo{}, storage.Permanent(fmt.Errorf("s3: put %s: server stored %s %s, sent %s: %w", key, chk.header, got, chk.value, storage.ErrChecksum))
@@ -240,13 +242,17 @@ func (s *Store) putMultipart(ctx context.Context, key string, r io.Reader, size,
 	uploadID, err := s.core.NewMultipartUpload(ctx, s.cfg.Bucket, obj, putOptions(opts, meta))
 	if err != nil {
 		s.bufs.Put(firstBP)
-		return storage.ObjectInfo{}, s.translate("put", key, err)
+		return storage.ObjectInfo{}, s.translate(ctx, "put", key, err)
 	}
 	defer func() {
 		if err != nil {
 			// Abort even when ctx is done: no unfinished upload is left.
+			// The abort is a call of its own, so a server that does not
+			// answer it ends it at the first timeout.
 			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 			defer cancel()
+			actx, end := call(actx)
+			defer end(nil)
 			_ = s.core.AbortMultipartUpload(actx, s.cfg.Bucket, obj, uploadID)
 		}
 	}()
@@ -282,7 +288,7 @@ func (s *Store) putMultipart(ctx context.Context, key string, r io.Reader, size,
 	close(parts)
 	wg.Wait()
 	if cause := context.Cause(ctx); cause != nil {
-		return storage.ObjectInfo{}, s.translate("put", key, cause)
+		return storage.ObjectInfo{}, s.translate(ctx, "put", key, cause)
 	}
 	if rerr != nil {
 		return storage.ObjectInfo{}, fmt.Errorf("s3: put %s: %w", key, rerr)
@@ -297,7 +303,7 @@ func (s *Store) putMultipart(ctx context.Context, key string, r io.Reader, size,
 	slices.SortFunc(completed, func(a, b minio.CompletePart) int { return a.PartNumber - b.PartNumber })
 	ui, err := s.core.CompleteMultipartUpload(ctx, s.cfg.Bucket, obj, uploadID, completed, putOptions(opts, nil))
 	if err != nil {
-		return storage.ObjectInfo{}, s.translate("put", key, err)
+		return storage.ObjectInfo{}, s.translate(ctx, "put", key, err)
 	}
 	return storage.ObjectInfo{Key: key, Size: total, ModTime: modTime(ui.LastModified), SHA256: sum}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -42,6 +43,18 @@ var _ storage.Store = (*Store)(nil)
 // is wrong and what to do, name the endpoint and bucket, and never contain
 // credentials.
 func New(ctx context.Context, cfg Config) (*Store, error) {
+	s, err := newStore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkBucket(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// newStore builds the store without talking to the server.
+func newStore(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("s3: invalid configuration: %w", err)
 	}
@@ -62,7 +75,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	client, err := minio.New(u.Host, &minio.Options{
 		Creds:           creds(cfg, tr),
 		Secure:          secure,
-		Transport:       tr,
+		Transport:       &timeoutTransport{base: tr, cfg: cfg},
 		Region:          cfg.Region,
 		BucketLookup:    lookup,
 		TrailingHeaders: true,
@@ -81,34 +94,35 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		b := make([]byte, cfg.PartSize)
 		return &b
 	}
-	if err := s.checkBucket(ctx); err != nil {
-		return nil, err
-	}
 	return s, nil
 }
 
-// transport is minio-go's default transport with the CA file added and
-// enough idle connections for the part uploads.
+// transport is minio-go's default transport with the configured timeouts
+// (see timeout.go), the CA file added and enough idle connections for the
+// part uploads.
 func transport(cfg Config, secure bool) (*http.Transport, error) {
 	tr, err := minio.DefaultTransport(secure)
 	if err != nil {
 		return nil, fmt.Errorf("s3: transport: %w", err)
 	}
 	tr.MaxIdleConnsPerHost = max(tr.MaxIdleConnsPerHost, 2*cfg.Parallelism)
-	tr.DialContext = stallDialer(tr.DialContext, cfg.StallTimeout)
+	dialer := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
+	tr.DialContext = stallDialer(dialer.DialContext, cfg.StallTimeout)
+	tr.TLSHandshakeTimeout = cfg.ConnectTimeout
+	tr.ResponseHeaderTimeout = cfg.ResponseTimeout
 	tr.WriteBufferSize = 256 << 10
 	tr.ReadBufferSize = 256 << 10
 	if secure && cfg.CAFile != "" {
 		pem, err := os.ReadFile(cfg.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("s3: read CA file (--ca-file, AWS_CA_BUNDLE): %w", err)
+			return nil, fmt.Errorf("s3: read CA file (--s3-ca-file, AWS_CA_BUNDLE): %w", err)
 		}
 		pool, err := x509.SystemCertPool()
 		if err != nil || pool == nil {
 			pool = x509.NewCertPool()
 		}
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("s3: CA file %s (--ca-file, AWS_CA_BUNDLE) holds no PEM certificates", cfg.CAFile)
+			return nil, fmt.Errorf("s3: CA file %s (--s3-ca-file, AWS_CA_BUNDLE) holds no PEM certificates", cfg.CAFile)
 		}
 		if tr.TLSClientConfig == nil {
 			tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
@@ -132,8 +146,12 @@ func creds(cfg Config, tr http.RoundTripper) *credentials.Credentials {
 }
 
 // checkBucket makes sure the bucket exists, creating it if configured to.
+// Each request has ConnectTimeout+ResponseTimeout in all (openCall).
 func (s *Store) checkBucket(ctx context.Context) error {
-	ok, err := s.client.BucketExists(ctx, s.cfg.Bucket)
+	octx, end := s.openCall(ctx)
+	ok, err := s.client.BucketExists(octx, s.cfg.Bucket)
+	err = failed(octx, err)
+	end(nil)
 	if err != nil {
 		return s.connectError(err)
 	}
@@ -143,7 +161,9 @@ func (s *Store) checkBucket(ctx context.Context) error {
 	if !s.cfg.CreateBucket {
 		return storage.Permanent(fmt.Errorf("s3: bucket %q does not exist at %s; create it or set --create-bucket", s.cfg.Bucket, s.cfg.Endpoint))
 	}
-	err = s.client.MakeBucket(ctx, s.cfg.Bucket, minio.MakeBucketOptions{Region: s.cfg.Region})
+	octx, end = s.openCall(ctx)
+	err = failed(octx, s.client.MakeBucket(octx, s.cfg.Bucket, minio.MakeBucketOptions{Region: s.cfg.Region}))
+	end(nil)
 	var resp minio.ErrorResponse
 	if err != nil && !(errors.As(err, &resp) && (resp.Code == "BucketAlreadyOwnedByYou" || resp.Code == "BucketAlreadyExists")) {
 		return fmt.Errorf("s3: create bucket %q at %s: %w", s.cfg.Bucket, s.cfg.Endpoint, s.connectError(err))
@@ -154,6 +174,10 @@ func (s *Store) checkBucket(ctx context.Context) error {
 // connectError explains a failure of the first request to the server.
 func (s *Store) connectError(err error) error {
 	where := fmt.Sprintf("bucket %q at %s", s.cfg.Bucket, s.cfg.Endpoint)
+	var te *timeoutError
+	if errors.As(err, &te) {
+		return fmt.Errorf("s3: check bucket %q: %w", s.cfg.Bucket, te)
+	}
 	var resp minio.ErrorResponse
 	if errors.As(err, &resp) {
 		switch resp.Code {
@@ -172,16 +196,16 @@ func (s *Store) connectError(err error) error {
 	var rerr tls.RecordHeaderError
 	switch {
 	case errors.As(err, &cerr) || errors.As(err, &uerr) || errors.As(err, &herr):
-		return storage.Permanent(fmt.Errorf("s3: TLS certificate of %s not trusted (%v); set AWS_CA_BUNDLE (--ca-file) to the CA that signed it", s.cfg.Endpoint, errors.Unwrap(errorsRoot(err))))
+		return storage.Permanent(fmt.Errorf("s3: TLS certificate of %s not trusted (%v); set AWS_CA_BUNDLE (--s3-ca-file) to the CA that signed it", s.cfg.Endpoint, errors.Unwrap(errorsRoot(err))))
 	case errors.As(err, &rerr) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
 		return storage.Permanent(fmt.Errorf("s3: TLS handshake with %s failed; the server does not speak TLS on that port: use http:// in the endpoint", s.cfg.Endpoint))
 	case strings.Contains(err.Error(), "tls:") || strings.Contains(err.Error(), "x509:"):
-		return storage.Permanent(fmt.Errorf("s3: TLS handshake with %s failed: %v; check the endpoint's scheme and AWS_CA_BUNDLE (--ca-file)", s.cfg.Endpoint, errorsRoot(err)))
+		return storage.Permanent(fmt.Errorf("s3: TLS handshake with %s failed: %v; check the endpoint's scheme and AWS_CA_BUNDLE (--s3-ca-file)", s.cfg.Endpoint, errorsRoot(err)))
 	}
 	var operr *net.OpError
 	var dnserr *net.DNSError
 	if errors.As(err, &operr) || errors.As(err, &dnserr) {
-		return fmt.Errorf("s3: cannot reach %s for bucket %q: %v; check --endpoint (AWS_ENDPOINT_URL) and that the server is running", s.cfg.Endpoint, s.cfg.Bucket, errorsRoot(err))
+		return fmt.Errorf("s3: cannot reach %s for bucket %q: %v; check --s3-endpoint (AWS_ENDPOINT_URL) and that the server is running", s.cfg.Endpoint, s.cfg.Bucket, errorsRoot(err))
 	}
 	return fmt.Errorf("s3: check %s: %w", where, err)
 }
@@ -201,9 +225,10 @@ func (s *Store) String() string {
 	return loc.String() + " at " + s.cfg.Endpoint
 }
 
-// translate maps a minio-go error into the storage errors, wrapped with the
-// operation and the key.
-func (s *Store) translate(op, key string, err error) error {
+// translate maps a minio-go error of a call made with ctx into the storage
+// errors, wrapped with the operation and the key.
+func (s *Store) translate(ctx context.Context, op, key string, err error) error {
+	err = failed(ctx, err)
 	var resp minio.ErrorResponse
 	if errors.As(err, &resp) {
 		switch resp.Code {
@@ -237,23 +262,27 @@ func (s *Store) Get(ctx context.Context, key string, offset, length int64) (io.R
 		}
 		return io.NopCloser(strings.NewReader("")), nil
 	}
+	ctx, end := call(ctx)
 	var opts minio.GetObjectOptions
 	switch {
 	case length > 0:
-		err := opts.SetRange(offset, offset+length-1)
-		if err != nil {
+		if err := opts.SetRange(offset, offset+length-1); err != nil {
+			end(nil)
 			return nil, fmt.Errorf("s3: get %s: %w", key, err)
 		}
 	case offset > 0:
 		if err := opts.SetRange(offset, 0); err != nil {
+			end(nil)
 			return nil, fmt.Errorf("s3: get %s: %w", key, err)
 		}
 	}
 	body, _, _, err := s.core.GetObject(ctx, s.cfg.Bucket, s.prefix+key, opts)
 	if err != nil {
-		return nil, s.translate("get", key, err)
+		err = s.translate(ctx, "get", key, err)
+		end(nil)
+		return nil, err
 	}
-	return body, nil
+	return &getBody{ReadCloser: body, ctx: ctx, end: end, cfg: s.cfg, key: key}, nil
 }
 
 // Stat returns key's size, modification time and, where kept, SHA-256.
@@ -261,9 +290,11 @@ func (s *Store) Stat(ctx context.Context, key string) (storage.ObjectInfo, error
 	if err := storage.CheckKey(key); err != nil {
 		return storage.ObjectInfo{}, fmt.Errorf("s3: stat: %w", err)
 	}
+	ctx, end := call(ctx)
+	defer end(nil)
 	oi, err := s.client.StatObject(ctx, s.cfg.Bucket, s.prefix+key, minio.StatObjectOptions{})
 	if err != nil {
-		return storage.ObjectInfo{}, s.translate("stat", key, err)
+		return storage.ObjectInfo{}, s.translate(ctx, "stat", key, err)
 	}
 	return storage.ObjectInfo{Key: key, Size: oi.Size, ModTime: oi.LastModified, SHA256: oi.UserMetadata[metaSHA256]}, nil
 }
@@ -273,16 +304,18 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(storage.ObjectI
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("s3: list %s: %w", prefix, err)
 	}
+	ctx, end := call(ctx)
+	defer end(nil)
 	for oi := range s.client.ListObjectsIter(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: s.prefix + prefix, Recursive: true}) {
 		if oi.Err != nil {
-			return s.translate("list", prefix, oi.Err)
+			return s.translate(ctx, "list", prefix, oi.Err)
 		}
 		if err := fn(storage.ObjectInfo{Key: strings.TrimPrefix(oi.Key, s.prefix), Size: oi.Size, ModTime: oi.LastModified}); err != nil {
 			return err
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("s3: list %s: %w", prefix, err)
+		return fmt.Errorf("s3: list %s: %w", prefix, failed(ctx, err))
 	}
 	return nil
 }
@@ -292,8 +325,10 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := storage.CheckKey(key); err != nil {
 		return fmt.Errorf("s3: delete: %w", err)
 	}
+	ctx, end := call(ctx)
+	defer end(nil)
 	if err := s.client.RemoveObject(ctx, s.cfg.Bucket, s.prefix+key, minio.RemoveObjectOptions{}); err != nil {
-		return s.translate("delete", key, err)
+		return s.translate(ctx, "delete", key, err)
 	}
 	return nil
 }

@@ -1,0 +1,331 @@
+package s3
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lifeboat-project/lifeboat/storage"
+)
+
+// hangGuard is how long a call may take before the test calls it hung. It
+// guards against hangs only: the calls under test end within a second.
+const hangGuard = 30 * time.Second
+
+// silentServer accepts connections, reads and discards what arrives and
+// never answers, as a black-holed endpoint behind a load balancer does.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() { _, _ = io.Copy(io.Discard, c) })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+// unacceptingServer returns the address of a listener whose accept queue
+// is full and never drained: the kernel drops further SYNs, so a connect
+// hangs as it does to a host that is down or filtered.
+func unacceptingServer(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := (&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sa.(*syscall.SockaddrInet4).Port}).String()
+	// Fill the queue; connects that complete are kept open.
+	for range 4 {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			break
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+		c.Close()
+		// Kernel behaviour, not a missing server: skip even in CI.
+		t.Skip("the kernel completed a connect to a full accept queue; cannot make an endpoint that never accepts")
+	}
+	return addr
+}
+
+// within runs fn and returns its error, failing the test if it hangs.
+func within(t *testing.T, what string, fn func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(hangGuard):
+		t.Fatalf("%s hung against a server that does not answer", what)
+		return nil
+	}
+}
+
+// blackHoleConfig is a store at addr with small timeouts.
+func blackHoleConfig(addr string) Config {
+	return Config{
+		Endpoint:        "http://" + addr,
+		Bucket:          "ckpt",
+		AccessKey:       "AKIDLIFEBOATTEST",
+		SecretKey:       "secret-" + rand.Text(),
+		BucketLookup:    LookupPath,
+		PartSize:        MinPartSize,
+		ConnectTimeout:  300 * time.Millisecond,
+		ResponseTimeout: 300 * time.Millisecond,
+		StallTimeout:    5 * time.Second,
+	}
+}
+
+// checkTimeout checks that err is a transient timeout that names the
+// endpoint and the flag to change, and shows no credential.
+func checkTimeout(t *testing.T, what string, err error, cfg Config, flag string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s succeeded against a server that does not answer", what)
+	}
+	t.Logf("%s: %v", what, err)
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("%s: %v is not a timeout (net.Error with Timeout() true)", what, err)
+	}
+	if storage.IsPermanent(err) {
+		t.Errorf("%s: %v is marked permanent; a server that does not answer may answer later", what, err)
+	}
+	for _, want := range []string{cfg.Endpoint, flag, "--s3-endpoint"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %q does not mention %q", what, err, want)
+		}
+	}
+	if strings.Contains(err.Error(), cfg.SecretKey) || strings.Contains(err.Error(), cfg.AccessKey) {
+		t.Errorf("%s: error %q contains a credential", what, err)
+	}
+}
+
+// TestTimeoutBlackHole: against a server that accepts connections and
+// never answers, and one that never accepts them, every call returns a
+// timeout error naming the endpoint and the flag to change, once per call:
+// minio-go does not retry it ten times over. With or without a region set
+// (without one, minio-go asks for the bucket's location first).
+func TestTimeoutBlackHole(t *testing.T) {
+	for _, server := range []struct {
+		name string
+		addr func(*testing.T) string
+		flag string
+	}{
+		{"silent", silentServer, "--s3-response-timeout"},
+		{"unaccepting", unacceptingServer, "--s3-connect-timeout"},
+	} {
+		t.Run(server.name, func(t *testing.T) {
+			addr := server.addr(t)
+			for _, region := range []string{"", "us-east-1"} {
+				cfg := blackHoleConfig(addr)
+				cfg.Region = region
+				ctx := context.Background()
+				err := within(t, "New", func() error { _, err := New(ctx, cfg); return err })
+				checkTimeout(t, "New (region "+region+")", err, cfg, server.flag)
+
+				s, err := newStore(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				calls := []struct {
+					name string
+					fn   func() error
+				}{
+					{"List", func() error {
+						return s.List(ctx, "", func(storage.ObjectInfo) error { return errors.New("listed an object") })
+					}},
+					{"Stat", func() error { _, err := s.Stat(ctx, "k"); return err }},
+					{"Get", func() error {
+						rc, err := s.Get(ctx, "k", 0, -1)
+						if err == nil {
+							rc.Close()
+						}
+						return err
+					}},
+					{"Put", func() error {
+						_, err := s.Put(ctx, "k", strings.NewReader("small"), 5, storage.PutOptions{})
+						return err
+					}},
+					{"Put multipart", func() error {
+						b := make([]byte, 2*MinPartSize+1)
+						_, err := s.Put(ctx, "k", bytes.NewReader(b), int64(len(b)), storage.PutOptions{})
+						return err
+					}},
+					{"Delete", func() error { return s.Delete(ctx, "k") }},
+				}
+				for _, c := range calls {
+					err := within(t, c.name, c.fn)
+					checkTimeout(t, c.name+" (region "+region+")", err, cfg, server.flag)
+				}
+			}
+		})
+	}
+}
+
+// TestTimeoutSlowUploadNotCut: the response timeout starts once the whole
+// request is sent, so an upload that takes several times the response
+// timeout to trickle in, but keeps moving, succeeds.
+func TestTimeoutSlowUploadNotCut(t *testing.T) {
+	const size = 64 << 20
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut {
+			// About 100 MB/s: over 600 ms for the body, while what the
+			// socket buffers hold drains in well under the response
+			// timeout.
+			buf := make([]byte, 1<<20)
+			for {
+				_, err := io.ReadFull(r.Body, buf)
+				if err != nil {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		w.Header().Set("ETag", `"0123456789abcdef0123456789abcdef"`)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	cfg := blackHoleConfig(srv.Listener.Addr().String())
+	cfg.Region = "us-east-1"
+	cfg.PartSize = size
+	cfg.ResponseTimeout = 200 * time.Millisecond
+	s, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, size)
+	start := time.Now()
+	err = within(t, "Put", func() error {
+		_, err := s.Put(context.Background(), "slow", bytes.NewReader(b), size, storage.PutOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("a slow but moving upload failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	}
+	if took := time.Since(start); took < 3*cfg.ResponseTimeout {
+		t.Logf("the upload took %v, not much longer than the response timeout %v: the test proves little on this machine", took, cfg.ResponseTimeout)
+	}
+}
+
+// TestTimeoutOpenBudget: a server that answers, but only slowly and with
+// errors minio-go retries, cannot stretch opening the store past the
+// connect and response timeouts together.
+func TestTimeoutOpenBudget(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(150 * time.Millisecond)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	cfg := blackHoleConfig(srv.Listener.Addr().String())
+	cfg.Region = "us-east-1"
+	err := within(t, "New", func() error { _, err := New(context.Background(), cfg); return err })
+	checkTimeout(t, "New", err, cfg, "--s3-response-timeout")
+	if !strings.Contains(err.Error(), "did not answer within 600ms") {
+		t.Errorf("error %q does not give the whole budget, 600ms", err)
+	}
+}
+
+// TestTimeoutGetBodyStall: a download that stops moving fails its read
+// within the stall timeout with an error naming the flag.
+func TestTimeoutGetBodyStall(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1048576")
+		w.Header().Set("Last-Modified", time.Now().UTC().Format(http.TimeFormat))
+		w.Header().Set("ETag", `"0123456789abcdef0123456789abcdef"`)
+		w.WriteHeader(http.StatusOK)
+		if r.Method == http.MethodGet {
+			_, _ = w.Write(make([]byte, 1024))
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	cfg := blackHoleConfig(srv.Listener.Addr().String())
+	cfg.Region = "us-east-1"
+	cfg.StallTimeout = 300 * time.Millisecond
+	s, err := newStore(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := s.Get(context.Background(), "k", 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	err = within(t, "reading the body", func() error { _, err := io.Copy(io.Discard, rc); return err })
+	checkTimeout(t, "reading the body", err, cfg, "--s3-stall-timeout")
+}
+
+// TestTimeoutValidate: negative timeouts are configuration errors naming
+// the flag.
+func TestTimeoutValidate(t *testing.T) {
+	for _, tc := range []struct {
+		mutate func(*Config)
+		want   string
+	}{
+		{func(c *Config) { c.ConnectTimeout = -time.Second }, "--s3-connect-timeout"},
+		{func(c *Config) { c.ResponseTimeout = -time.Second }, "--s3-response-timeout"},
+		{func(c *Config) { c.StallTimeout = -time.Second }, "--s3-stall-timeout"},
+	} {
+		c := Config{Bucket: "ckpt"}
+		tc.mutate(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate() = %v, want an error naming %s", err, tc.want)
+		}
+	}
+}
