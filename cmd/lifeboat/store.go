@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/lifeboat-project/lifeboat/storage"
 	fsstore "github.com/lifeboat-project/lifeboat/storage/fs"
@@ -24,6 +25,12 @@ type storeOptions struct {
 	caFile       string
 	createBucket bool
 	uploadLimit  string
+
+	// The S3 client's clocks; zero (options not from flags) means the
+	// default.
+	connectTimeout  time.Duration
+	responseTimeout time.Duration
+	stallTimeout    time.Duration
 }
 
 func (o *storeOptions) register(fs *flag.FlagSet) {
@@ -34,6 +41,41 @@ func (o *storeOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.caFile, "s3-ca-file", "", "PEM file of extra CAs for https endpoints (default: AWS_CA_BUNDLE)")
 	fs.BoolVar(&o.createBucket, "create-bucket", false, "create the bucket when it does not exist")
 	fs.StringVar(&o.uploadLimit, "upload-limit", "", "cap upload bandwidth, e.g. 200MB (bytes per second; empty: unlimited)")
+	positiveDurationVar(fs, &o.connectTimeout, "s3-connect-timeout", s3.DefaultConnectTimeout,
+		"give up connecting to the S3 endpoint (TCP connect and TLS handshake) after this long")
+	positiveDurationVar(fs, &o.responseTimeout, "s3-response-timeout", s3.DefaultResponseTimeout,
+		"give up on an S3 request whose response does not start this long after it was sent (an upload still sending is never cut)")
+	positiveDurationVar(fs, &o.stallTimeout, "s3-stall-timeout", s3.DefaultStallTimeout,
+		"fail an S3 transfer that moves no byte for this long, so that it is retried")
+}
+
+// positiveDuration is a duration flag that refuses zero and negative
+// values, naming the flag and its variable.
+type positiveDuration struct {
+	d    *time.Duration
+	name string
+}
+
+// positiveDurationVar defines a positiveDuration flag.
+func positiveDurationVar(fs *flag.FlagSet, d *time.Duration, name string, value time.Duration, usage string) {
+	*d = value
+	fs.Var(&positiveDuration{d: d, name: name}, name, usage)
+}
+
+func (p *positiveDuration) String() string {
+	if p == nil || p.d == nil {
+		return ""
+	}
+	return p.d.String()
+}
+
+func (p *positiveDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("--%s (%s) must be a positive duration such as 30s", p.name, envName(p.name))
+	}
+	*p.d = d
+	return nil
 }
 
 // open connects to the store. Credentials come from minio-go's providers
@@ -80,6 +122,7 @@ func (o *storeOptions) open(ctx context.Context) (storage.Store, error) {
 			}
 			cfg.UploadLimit = n
 		}
+		cfg.ConnectTimeout, cfg.ResponseTimeout, cfg.StallTimeout = o.connectTimeout, o.responseTimeout, o.stallTimeout
 		if err := cfg.Validate(); err != nil {
 			return nil, err
 		}
