@@ -153,4 +153,3 @@ func writeRandomFile(t *testing.T, path string, size int) {
 		t.Fatal(err)
 	}
 }
-
