@@ -68,7 +68,7 @@ func parseS3(u *url.URL, bad func(string, ...any) (Location, error)) (Location, 
 		return bad("missing bucket; want s3://bucket/prefix")
 	}
 	if u.Port() != "" || strings.HasSuffix(u.Host, ":") {
-		return bad("the bucket cannot have a port; set the endpoint with --endpoint or AWS_ENDPOINT_URL")
+		return bad("the bucket cannot have a port; set the endpoint with --s3-endpoint or AWS_ENDPOINT_URL")
 	}
 	if err := checkBucket(u.Host); err != nil {
 		return bad("%v", err)
@@ -128,7 +128,7 @@ func checkBucket(b string) error {
 		return fmt.Errorf("bucket %q has adjacent dots or a dot next to a hyphen", b)
 	}
 	if isIPv4(b) {
-		return fmt.Errorf("bucket %q looks like an IP address; set the endpoint with --endpoint or AWS_ENDPOINT_URL", b)
+		return fmt.Errorf("bucket %q looks like an IP address; set the endpoint with --s3-endpoint or AWS_ENDPOINT_URL", b)
 	}
 	return nil
 }

@@ -174,13 +174,13 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("the bucket lookup %q (--s3-bucket-lookup) must be auto, path or dns", c.BucketLookup))
 	}
 	if (c.AccessKey == "") != (c.SecretKey == "") {
-		errs = append(errs, errors.New("give both the access key and the secret key (--access-key/--secret-key), or neither to use AWS_ACCESS_KEY_ID, the credentials file or IAM"))
+		errs = append(errs, errors.New("give both the access key and the secret key (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), or neither to use AWS_ACCESS_KEY_ID, the credentials file or IAM"))
 	}
 	if c.PartSize < MinPartSize || c.PartSize > MaxPartSize {
-		errs = append(errs, fmt.Errorf("the part size %d (--s3-part-size) must be between %d (5 MiB) and %d (5 GiB)", c.PartSize, MinPartSize, int64(MaxPartSize)))
+		errs = append(errs, fmt.Errorf("the part size %d must be between %d (5 MiB) and %d (5 GiB)", c.PartSize, MinPartSize, int64(MaxPartSize)))
 	}
 	if c.Parallelism < 1 {
-		errs = append(errs, fmt.Errorf("the parallelism %d (--s3-parallelism) must be at least 1", c.Parallelism))
+		errs = append(errs, fmt.Errorf("the parallelism %d must be at least 1", c.Parallelism))
 	}
 	if c.UploadLimit < 0 {
 		errs = append(errs, fmt.Errorf("the upload limit %d (--upload-limit) must not be negative", c.UploadLimit))

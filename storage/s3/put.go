@@ -329,7 +329,7 @@ func (s *Store) feed(ctx context.Context, r io.Reader, size, partSize int64, fir
 	}
 	for num := 2; size < 0 || total < size; num++ {
 		if num > maxParts {
-			return total, storage.Permanent(fmt.Errorf("more than %d parts of %d bytes; raise the part size (--s3-part-size)", maxParts, partSize))
+			return total, storage.Permanent(fmt.Errorf("more than %d parts of %d bytes; the object is larger than S3 allows in one upload", maxParts, partSize))
 		}
 		want := partSize
 		if size >= 0 {
