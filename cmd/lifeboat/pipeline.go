@@ -22,6 +22,7 @@ import (
 
 	"github.com/lifeboat-project/lifeboat/agent"
 	"github.com/lifeboat-project/lifeboat/checkpoint"
+	"github.com/lifeboat-project/lifeboat/format"
 	"github.com/lifeboat-project/lifeboat/signals"
 	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/watch"
@@ -264,19 +265,6 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 			log.Warn("resume.stale_remove_failed", "dir", dir, "err", err)
 		}
 	}
-	if co.restore == "auto" {
-		t0 := time.Now()
-		p.resume, err = restoreLatest(ctx, s, dir, ro, co.workers, log, progressTo)
-		if err != nil {
-			return nil, err
-		}
-		p.resumeSource, p.resumeSeconds = "store", time.Since(t0).Seconds()
-	} else {
-		// An init container may have restored (lifeboat restore): its
-		// files are not new checkpoints.
-		p.resume = readResumeFile(dir, log)
-		p.resumeSource = "init"
-	}
 	wcfg := watch.Config{Dir: dir, Marker: co.marker, StepPattern: pattern, Settle: co.settle, Log: log,
 		Exclude: exclude, MarkerOnly: co.markerOnly}
 	w, err := watch.New(wcfg)
@@ -301,6 +289,25 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	for _, sn := range snaps {
 		w.SetLastStep(sn.Step)
 	}
+	local := (*watch.Ready)(nil)
+	switch co.restore {
+	case "auto":
+		if local = newerLocal(w, snaps, ro, co.verifyFormat != "off", log); local != nil {
+			p.resume, p.resumeSource = localResume(dir, *local, log), "local"
+			break
+		}
+		t0 := time.Now()
+		p.resume, err = restoreLatest(ctx, s, dir, ro, co.workers, log, progressTo)
+		if err != nil {
+			return nil, err
+		}
+		p.resumeSource, p.resumeSeconds = "store", time.Since(t0).Seconds()
+	default:
+		// An init container may have restored (lifeboat restore): its
+		// files are not new checkpoints.
+		p.resume = readResumeFile(dir, log)
+		p.resumeSource = "init"
+	}
 	backoff := checkpoint.DefaultBackoff()
 	u := &checkpoint.Uploader{Store: s, Workers: co.workers, Producer: "lifeboat " + version, Log: log,
 		SkipFormatCheck: co.verifyFormat == "off",
@@ -316,7 +323,7 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	if err != nil {
 		return nil, err
 	}
-	if p.resume != nil {
+	if p.resume != nil && local == nil {
 		p.agent.Restored(p.resume.Step, p.resume.Files)
 	}
 	p.env = append(p.resume.env(), "LIFEBOAT_DIR="+dir, "LIFEBOAT_MARKER="+co.marker,
@@ -383,4 +390,63 @@ func splitList(v string) []string {
 		}
 	}
 	return out
+}
+
+// newerLocal returns the complete checkpoint in --dir that is newer than
+// the newest complete snapshot in the store for this world size, or nil.
+// Restoring over it would destroy work that was never uploaded (the upload
+// failed at the last preemption, or the store was down): it is kept,
+// uploaded and resumed instead. Newer means a higher step when both are
+// named by the trainer, otherwise changed after the snapshot was taken.
+// Its files must pass their format checks: a torn save is not resumed.
+func newerLocal(w *watch.Watcher, snaps []checkpoint.Snapshot, ro rankOptions, verify bool, log *slog.Logger) *watch.Ready {
+	ready, err := w.Scan(true)
+	if err != nil || len(ready) == 0 {
+		return nil
+	}
+	l := ready[len(ready)-1]
+	w.Number(&l)
+	var latest *checkpoint.Snapshot
+	for i := range snaps {
+		if sn := &snaps[i]; sn.Complete && sn.WorldSize == ro.worldSize {
+			latest = sn
+		}
+	}
+	if latest != nil {
+		named := !l.Counter && !latest.Counter
+		if named && l.Step <= latest.Step || !named && !l.LastChange().After(latest.Created) {
+			return nil
+		}
+	}
+	if verify {
+		for _, f := range l.Files {
+			if !format.Known(f.Path) {
+				continue
+			}
+			if err := format.CheckFile(filepath.Join(w.Dir(), filepath.FromSlash(path.Join(l.Dir, f.Path)))); err != nil {
+				log.Warn("resume.local_torn", "id", l.ID, "err", err, "effect", "not resumed; the store's newest checkpoint is restored")
+				return nil
+			}
+		}
+	}
+	args := []any{"id", l.ID, "step", l.Step, "files", len(l.Files), "changed", l.LastChange().Format(time.RFC3339)}
+	if latest != nil {
+		args = append(args, "store_step", latest.Step, "store_created", latest.Created.Format(time.RFC3339))
+	}
+	log.Info("resume.local_newer", append(args, "effect", "kept, resumed and uploaded instead of restoring over it")...)
+	return &l
+}
+
+// localResume is what the trainer is told when it resumes from a
+// checkpoint already in --dir.
+func localResume(dir string, l watch.Ready, log *slog.Logger) *resume {
+	r := &resume{Dir: filepath.Join(dir, filepath.FromSlash(l.Dir)), Step: l.Step}
+	for _, f := range l.Files {
+		r.Files = append(r.Files, path.Join(l.Dir, f.Path))
+	}
+	b, _ := json.Marshal(r)
+	if err := os.WriteFile(filepath.Join(dir, resumeFile), append(b, '\n'), 0o644); err != nil {
+		log.Warn("resume.write_file_failed", "err", err)
+	}
+	return r
 }
