@@ -13,6 +13,8 @@
 //     the central directory's extent.
 //   - safetensors: the header length, the JSON header, and the last tensor's
 //     end offset equal to the file's size.
+//   - JSON (.json, the metadata trainers keep beside their weights): one
+//     whole value and nothing after it, read as a stream of tokens.
 //   - Paddle's save_state_dict layout: every *.distcp shard needs a
 //     *.metadata file beside it (CheckSet).
 //
@@ -38,6 +40,10 @@ const (
 	Pickle
 	Zip
 	Safetensors
+	// JSON is the metadata trainers keep beside their weights
+	// (trainer_state.json, state.json): checked, but not a checkpoint on
+	// its own.
+	JSON
 )
 
 // ErrTorn marks a file that is not a whole file of its format: cut short,
@@ -53,6 +59,8 @@ func KindOf(name string) Kind {
 		return Zip
 	case ".safetensors":
 		return Safetensors
+	case ".json":
+		return JSON
 	}
 	return Unknown
 }
@@ -61,7 +69,8 @@ func KindOf(name string) Kind {
 func Known(name string) bool { return KindOf(name) != Unknown }
 
 // CheckHeader checks what can be checked from the headers and tails of a
-// file of size bytes read through r: zip and safetensors. It returns nil for
+// file of size bytes read through r: zip, safetensors and JSON (which is
+// read whole, as a stream). It returns nil for
 // pickle (see NewStream) and unknown formats. Its errors do not name the
 // file; the caller adds the name.
 func CheckHeader(name string, r io.ReaderAt, size int64) error {
@@ -70,6 +79,8 @@ func CheckHeader(name string, r io.ReaderAt, size int64) error {
 		return checkZip(r, size)
 	case Safetensors:
 		return checkSafetensors(r, size)
+	case JSON:
+		return checkJSON(r, size)
 	}
 	return nil
 }

@@ -27,7 +27,8 @@ func TestKindOf(t *testing.T) {
 		{"model.pdparams.tmp", Unknown},
 		{"pdparams", Unknown},
 		{"dir.pkl/events.out.tfevents", Unknown},
-		{"config.json", Unknown},
+		{"config.json", JSON},
+		{"config.yaml", Unknown},
 		{"", Unknown},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

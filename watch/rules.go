@@ -54,7 +54,7 @@ func excluded(patterns []string, rel string) bool {
 // checkpointFile reports whether a file's name announces a checkpoint
 // format.
 func checkpointFile(name string) bool {
-	if format.Known(name) {
+	if format.Known(name) && format.KindOf(name) != format.JSON {
 		return true
 	}
 	lower := strings.ToLower(path.Base(name))

@@ -80,7 +80,7 @@ func TestWhatIsACheckpoint(t *testing.T) {
 		{
 			name: "log, config and tensorboard file next to a step directory",
 			files: map[string]string{
-				"train.log": "loss=1", "config.yaml": "lr: 1", "events.out.tfevents.123.host": "tb",
+				"train.log": "loss=1", "config.yaml": "lr: 1", "config.json": "{}", "events.out.tfevents.123.host": "tb",
 				"step-000100/model.pdparams": "m",
 			},
 			want:    []string{"dir:step-000100: model.pdparams"},
