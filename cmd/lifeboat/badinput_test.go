@@ -28,7 +28,7 @@ func TestRestoreDiskFull(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(src, "step-9"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(src, "step-9", "model.pdparams"), bytes.Repeat([]byte("0123456789abcdef"), 1<<20), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(src, "step-9", "model.pdparams"), pickleBytes(bytes.Repeat([]byte("0123456789abcdef"), 1<<20)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p.signal(syscall.SIGTERM)

@@ -329,7 +329,7 @@ func TestSidecarFlushesOnTerm(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "step-000042"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "step-000042", "model.pdparams"), bytes.Repeat([]byte("w"), 1<<20), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "step-000042", "model.pdparams"), pickleBytes(bytes.Repeat([]byte("w"), 1<<20)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p.signal(syscall.SIGTERM)
@@ -585,7 +585,7 @@ func TestRestoreProgress(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(src, "step-7"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(src, "step-7", "model.pdparams"), bytes.Repeat([]byte("abcdefgh"), 4<<20), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(src, "step-7", "model.pdparams"), pickleBytes(bytes.Repeat([]byte("abcdefgh"), 4<<20)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p.signal(syscall.SIGTERM)
@@ -599,7 +599,7 @@ func TestRestoreProgress(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("restore: %v\n%s", err, stderr.String())
 	}
-	if !strings.Contains(stderr.String(), `"msg":"resume.progress","bytes":33554432,"total_bytes":33554432,"percent":100`) {
+	if !strings.Contains(stderr.String(), `"msg":"resume.progress","bytes":33554444,"total_bytes":33554444,"percent":100`) {
 		t.Errorf("no final progress line with every byte:\n%s", stderr.String())
 	}
 
