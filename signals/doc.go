@@ -1,10 +1,19 @@
 // Package signals relays the signals that PID 1 receives to the trainer.
 //
 // It owns which signals are forwarded (every catchable one except SIGCHLD,
-// which belongs to the reaper, SIGURG, which belongs to the Go runtime, and
-// SIGTTIN/SIGTTOU, which the kernel sends about lifeboat's own terminal use),
-// how they are named on the command line ("TERM", "SIGTERM", "15"), and the
-// rewrite rules that deliver a different signal to the child than the one
-// received ("TERM:USR1"). It imports the standard library and
-// golang.org/x/sys/unix only.
+// which belongs to the reaper, SIGURG, which belongs to the Go runtime,
+// SIGTTIN/SIGTTOU, which the kernel sends about lifeboat's own terminal use,
+// and SIGPIPE), how they are named on the command line ("TERM", "SIGTERM",
+// "15"), and the rewrite rules that deliver a different signal to the child
+// than the one received ("TERM:USR1").
+//
+// SIGPIPE is never forwarded. When the reader of lifeboat's stderr goes
+// away (a log shipper dies, `lifeboat run ... 2>&1 | head -1` exits), the
+// kernel sends lifeboat a SIGPIPE for its own write; lifeboat cannot tell
+// that one from a SIGPIPE sent with kill(2), and no one stops a trainer
+// with SIGPIPE, so relaying it would only kill the trainer over a dead log
+// reader. The trainer keeps its own stdout and stderr and gets its own
+// SIGPIPE from the kernel when it writes to a closed pipe.
+//
+// It imports the standard library and golang.org/x/sys/unix only.
 package signals

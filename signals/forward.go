@@ -23,10 +23,12 @@ type KillFunc func(pid int, sig unix.Signal) error
 // Forwardable reports whether lifeboat relays sig to the child. SIGCHLD
 // belongs to the reaper, SIGURG to the Go runtime's preemption, SIGTTIN and
 // SIGTTOU are the kernel's notices about lifeboat's own terminal access
-// (relaying them would stop the child), and KILL and STOP cannot be caught.
+// (relaying them would stop the child), SIGPIPE is the kernel's notice that
+// a reader of lifeboat's own output went away (relaying it would kill the
+// trainer over a dead log shipper), and KILL and STOP cannot be caught.
 func Forwardable(sig unix.Signal) bool {
 	switch sig {
-	case 0, unix.SIGCHLD, unix.SIGURG, unix.SIGTTIN, unix.SIGTTOU, unix.SIGKILL, unix.SIGSTOP:
+	case 0, unix.SIGCHLD, unix.SIGURG, unix.SIGTTIN, unix.SIGTTOU, unix.SIGPIPE, unix.SIGKILL, unix.SIGSTOP:
 		return false
 	}
 	return sig > 0 && int(sig) <= maxSignal

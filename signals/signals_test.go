@@ -68,6 +68,7 @@ func TestParseRewrite(t *testing.T) {
 		{[]string{"TERM:KILL"}, false, ""},
 		{[]string{"STOP:TERM"}, false, ""},
 		{[]string{"CHLD:TERM"}, false, ""},
+		{[]string{"PIPE:TERM"}, false, ""},
 		{[]string{"TERM:NOPE"}, false, ""},
 	} {
 		rw := Rewrite{}
@@ -92,13 +93,13 @@ func TestParseRewrite(t *testing.T) {
 }
 
 func TestForwardable(t *testing.T) {
-	for _, s := range []unix.Signal{unix.SIGCHLD, unix.SIGURG, unix.SIGTTIN, unix.SIGTTOU, unix.SIGKILL, unix.SIGSTOP, 0, 65} {
+	for _, s := range []unix.Signal{unix.SIGCHLD, unix.SIGURG, unix.SIGTTIN, unix.SIGTTOU, unix.SIGPIPE, unix.SIGKILL, unix.SIGSTOP, 0, 65} {
 		if Forwardable(s) {
 			t.Errorf("%v is forwardable", s)
 		}
 	}
 	for _, s := range []unix.Signal{unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGTERM,
-		unix.SIGWINCH, unix.SIGCONT, unix.SIGALRM, unix.SIGSEGV, unix.SIGBUS, unix.SIGPIPE, unix.SIGTSTP, 40} {
+		unix.SIGWINCH, unix.SIGCONT, unix.SIGALRM, unix.SIGSEGV, unix.SIGBUS, unix.SIGTSTP, 40} {
 		if !Forwardable(s) {
 			t.Errorf("%v is not forwardable", s)
 		}
@@ -162,5 +163,10 @@ func TestDeliverChildOnlyAndErrors(t *testing.T) {
 	}
 	if Deliver(Target{Pid: 7}, nil, rec.kill, unix.SIGCHLD, log) || len(rec.sent) != 1 {
 		t.Errorf("SIGCHLD was forwarded")
+	}
+	// lifeboat's own SIGPIPE (its stderr's reader went away) is not the
+	// trainer's business.
+	if Deliver(Target{Pid: 7}, Rewrite{unix.SIGPIPE: unix.SIGTERM}, rec.kill, unix.SIGPIPE, log) || len(rec.sent) != 1 {
+		t.Errorf("SIGPIPE was forwarded: %v", rec.sent)
 	}
 }

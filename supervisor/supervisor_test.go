@@ -138,6 +138,7 @@ func TestValidate(t *testing.T) {
 		{Config{Argv: []string{"x"}, Grace: -time.Second}, "--grace (LIFEBOAT_GRACE)"},
 		{Config{Argv: []string{"x"}, PreemptExitCode: 300}, "--preempt-exit-code (LIFEBOAT_PREEMPT_EXIT_CODE)"},
 		{Config{Argv: []string{"x"}, StopSignals: []unix.Signal{unix.SIGCHLD}}, "--stop-signals (LIFEBOAT_STOP_SIGNALS)"},
+		{Config{Argv: []string{"x"}, StopSignals: []unix.Signal{unix.SIGPIPE}}, "--stop-signals (LIFEBOAT_STOP_SIGNALS)"},
 	} {
 		err := tc.cfg.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -201,6 +202,7 @@ func TestRunInjectedSignals(t *testing.T) {
 	rec := &sendRecorder{}
 	ready := filepath.Join(t.TempDir(), "ready")
 	in <- unix.SIGURG // never forwarded
+	in <- unix.SIGPIPE // lifeboat's own (its stderr's reader left): never forwarded
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(context.Background(), Config{
@@ -208,20 +210,17 @@ func TestRunInjectedSignals(t *testing.T) {
 			Signals: in, Kill: rec.kill, Rewrite: signals.Rewrite{unix.SIGTERM: unix.SIGUSR1},
 		})
 	}()
-	for {
-		if _, err := os.Stat(ready); err == nil {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFile(t, ready)
 	in <- unix.SIGTERM
 	err = <-done
 	var ee *ExitError
 	if !errors.As(err, &ee) || ee.Code != DefaultPreemptExitCode || !ee.Preempted {
 		t.Fatalf("Run = %v, want preempted exit 143", err)
 	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
 	if !reflect.DeepEqual(rec.sent[:1], []string{"USR1"}) {
-		t.Errorf("sent %v, want USR1 first", rec.sent)
+		t.Errorf("sent %v, want USR1 first (URG and PIPE are never forwarded)", rec.sent)
 	}
 }
 
