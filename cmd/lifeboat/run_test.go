@@ -17,6 +17,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lifeboat-project/lifeboat/internal/testenv"
 )
 
 // TestForwardsEverySignalToTheGroup sends every catchable signal to
@@ -661,4 +663,140 @@ sleep 3; exit 0`, count, childBin, filepath.Join(dir, "leftover"))
 		t.Errorf("the trainer ran %s times (want 2) or a deadline expired: the first trainer's deadline fired on the restarted one; stderr:\n%s",
 			strings.TrimSpace(string(b)), tail(p.stderr.String()))
 	}
+}
+
+// TestSigpipeFromOwnStderr: lifeboat's stderr is a pipe whose reader has
+// gone (a log shipper died, `lifeboat run ... 2>&1 | head -1` exited). The
+// SIGPIPE that lifeboat's own log write raises is lifeboat's, not the
+// trainer's: it is never forwarded, lifeboat stops logging there and goes
+// on, still forwarding real signals, and exits with the trainer's 0.
+func TestSigpipeFromOwnStderr(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			dir := t.TempDir()
+			ready, rec, alive := filepath.Join(dir, "ready"), filepath.Join(dir, "rec"), filepath.Join(dir, "alive")
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Close() // the reader is gone before lifeboat writes its first line
+			// The trainer records every PIPE and USR1 it gets; USR1 also ends
+			// its sleep early. It writes alive when it runs to its end. Its
+			// own stderr goes to /dev/null, so a PIPE it records was sent to
+			// it, not raised by a write of its own to the dead pipe.
+			script := `exec 2>/dev/null; trap 'echo PIPE >> "$1"' PIPE; trap 'echo USR1 >> "$1"' USR1; touch "$0"; sleep 1; echo alive > "$2"`
+			args := []string{"run", "--log-level", "debug", "--", "sh", "-c", script, ready, rec, alive}
+			cmd := exec.Command(lifeboatBin, args...)
+			if mode == "pid1" {
+				testenv.RequireRoot(t)
+				cmd = exec.Command("unshare", append([]string{"--pid", "--fork", "--mount-proc", lifeboatBin}, args...)...)
+			}
+			cmd.Stderr = w
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			t.Cleanup(func() {
+				select {
+				case <-done:
+				default:
+					_ = cmd.Process.Kill()
+					<-done
+				}
+			})
+			pid := cmd.Process.Pid
+			if mode == "pid1" {
+				pid = waitChildPid(t, pid, done)
+			}
+			// Once the trainer's traps are set, a signal lifeboat forwards and
+			// logs (at debug level): one more write to the broken stderr.
+			if waitReady(t, ready, done) && pid > 0 {
+				_ = syscall.Kill(pid, syscall.SIGUSR1)
+			}
+			select {
+			case <-done:
+			case <-time.After(hangLimit):
+				t.Fatalf("lifeboat did not exit")
+			}
+			if code := exitStatus(cmd); code != 0 {
+				t.Errorf("lifeboat exited %d, want the trainer's 0", code)
+			}
+			if b, err := os.ReadFile(alive); err != nil || string(b) != "alive\n" {
+				t.Errorf("the trainer did not run to its end (alive: %q, %v)", b, err)
+			}
+			if b, _ := os.ReadFile(rec); strings.Contains(string(b), "PIPE") {
+				t.Errorf("the trainer was sent SIGPIPE (it recorded %q)", b)
+			}
+		})
+	}
+}
+
+// TestSigpipeLogOutput: in-process, where nothing has subscribed to SIGPIPE
+// (Go then kills a process whose write to stderr fails with EPIPE), lifeboat's
+// log lines to a stderr whose reader is gone are dropped: no error, no
+// death, and no write after the first that failed.
+func TestSigpipeLogOutput(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	defer w.Close()
+	saved, err := unix.Dup(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Dup3(int(w.Fd()), 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = unix.Dup3(saved, 2, 0)
+		_ = unix.Close(saved)
+	}()
+	log, err := newLogger(os.Stderr, "info", "auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("lifeboat.test", "line", 1)
+	log.Info("lifeboat.test", "line", 2)
+	out := newLogOutput(os.Stderr)
+	line := []byte("{}\n")
+	for i := 0; i < 2; i++ {
+		if n, err := out.Write(line); n != len(line) || err != nil {
+			t.Errorf("write %d to a stderr without a reader = %d, %v; want %d, nil", i, n, err, len(line))
+		}
+	}
+	if !out.gone {
+		t.Errorf("the log output did not notice that its reader is gone")
+	}
+}
+
+// waitReady waits until path exists and reports true, or false when done
+// closes first.
+func waitReady(t *testing.T, path string, done <-chan struct{}) bool {
+	t.Helper()
+	deadline := time.Now().Add(hangLimit)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); err == nil {
+			return true
+		}
+		select {
+		case <-done:
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	t.Fatalf("%s never appeared", path)
+	return false
+}
+
+// exitStatus is a finished command's exit code, 128+n when a signal n
+// killed it.
+func exitStatus(cmd *exec.Cmd) int {
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return cmd.ProcessState.ExitCode()
 }
