@@ -303,7 +303,7 @@ func crashSetup(t *testing.T, root, url string, tr crashTrial) (staging, newSub 
 			"model.pdparams": model,
 			"optim.pdopt":    1<<20 + rng.Int64N(11<<20+1),
 			"embed.pdparams": embed,
-			"state.json":     1 + rng.Int64N(300),
+			"state.bin":      1 + rng.Int64N(300), // raw bytes: no format check covers it
 		}
 	}
 	tag := func(step int64) func(name string) string {
