@@ -800,3 +800,48 @@ func exitStatus(cmd *exec.Cmd) int {
 	}
 	return cmd.ProcessState.ExitCode()
 }
+
+// TestRestartBackoffStop: a SIGTERM during a restart's backoff (1h) ends
+// it at once, as PID 1 and as a plain process: no second trainer, the
+// crashed trainer's code (the exit-code rules are those of any stop), and
+// the termination log names the signal.
+func TestRestartBackoffStop(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			dir := t.TempDir()
+			runs, tlog := filepath.Join(dir, "runs"), filepath.Join(dir, "tlog")
+			p := start(t, mode, "run", "--restart", "on-failure", "--max-restarts", "3", "--restart-backoff", "1h",
+				"--termination-log", tlog, "--", "sh", "-c", `echo run >> "$0"; exit 3`, runs)
+			waitStderr(t, p, `"msg":"supervisor.restart"`)
+			p.signal(syscall.SIGTERM)
+			if code := p.wait(); code != 3 {
+				t.Errorf("exit %d, want the crashed trainer's 3; stderr:\n%s", code, tail(p.stderr.String()))
+			}
+			if b, _ := os.ReadFile(runs); strings.Count(string(b), "run") != 1 {
+				t.Errorf("the trainer ran %d times, want 1", strings.Count(string(b), "run"))
+			}
+			if !strings.Contains(p.stderr.String(), `"msg":"supervisor.restart_cancelled"`) {
+				t.Errorf("no restart_cancelled event; stderr:\n%s", tail(p.stderr.String()))
+			}
+			if b, _ := os.ReadFile(tlog); !strings.Contains(string(b), "stopped by SIGTERM") {
+				t.Errorf("termination log %q does not name SIGTERM", b)
+			}
+		})
+	}
+}
+
+// waitStderr waits until lifeboat's stderr holds s.
+func waitStderr(t *testing.T, p *lb, s string) {
+	t.Helper()
+	deadline := time.Now().Add(hangLimit)
+	for time.Now().Before(deadline) {
+		if strings.Contains(p.stderr.String(), s) {
+			return
+		}
+		if !p.alive() {
+			t.Fatalf("lifeboat exited (code %d) before it logged %s; stderr:\n%s", p.code, s, p.stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("lifeboat never logged %s; stderr:\n%s", s, p.stderr.String())
+}
