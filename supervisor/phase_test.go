@@ -390,3 +390,50 @@ func TestSecondInterruptCancelsFlush(t *testing.T) {
 		t.Errorf("the second SIGINT did not cancel the flush; log:\n%s", logs.String())
 	}
 }
+
+// TestStopDuringStuckBeforeRestart: a BeforeRestart that ignores its
+// context does not hold Run past the stop's grace deadline either; the
+// final flush, which must not run beside it, is recorded as not run.
+func TestStopDuringStuckBeforeRestart(t *testing.T) {
+	dir := t.TempDir()
+	runs, tlog := filepath.Join(dir, "runs"), filepath.Join(dir, "tlog")
+	in := make(chan os.Signal, 1)
+	logs := &logBuffer{}
+	flush := &flushRecord{}
+	entered, release := make(chan struct{}), make(chan struct{})
+	defer func() {
+		close(release)
+		goleak.VerifyNone(t)
+	}()
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(context.Background(), Config{
+			Argv: crashingTrainer(runs), Signals: in, Grace: time.Second, Log: logs.logger(),
+			TerminationLog: tlog, TerminationLogCreate: true,
+			Restart: RestartPolicy{OnFailure: true, Max: 3, Backoff: time.Millisecond},
+			BeforeRestart: func(ctx context.Context, attempt int) ([]string, error) {
+				close(entered)
+				<-release
+				return nil, nil
+			},
+			AfterExit: flush.afterExit,
+		})
+	}()
+	select {
+	case <-entered:
+	case err := <-done:
+		t.Fatalf("Run returned %v before BeforeRestart ran; log:\n%s", err, logs.String())
+	case <-time.After(hangLimit):
+		t.Fatalf("BeforeRestart never ran; log:\n%s", logs.String())
+	}
+	in <- unix.SIGTERM
+	err := waitRun(t, done, logs)
+	wantPreempted(t, err, 3, tlog)
+	const want = "the final upload did not run: the commit before the restart did not end within the grace period"
+	if b, _ := os.ReadFile(tlog); !strings.Contains(string(b), want) {
+		t.Errorf("termination log %q does not say %q", b, want)
+	}
+	if got := flush.calls(); len(got) != 0 {
+		t.Errorf("AfterExit ran (%v) beside a BeforeRestart still running", got)
+	}
+}
