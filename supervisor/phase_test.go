@@ -238,7 +238,7 @@ func TestFlushPastDeadline(t *testing.T) {
 	go func() {
 		done <- Run(context.Background(), Config{
 			Argv:    []string{"sh", "-c", `trap 'exit 0' TERM; touch "$0"; while :; do sleep 0.05; done`, ready},
-			Signals: in, Grace: 2 * time.Second, Log: logs.logger(),
+			Signals: in, Grace: 3 * time.Second, Log: logs.logger(),
 			TerminationLog: tlog, TerminationLogCreate: true,
 			AfterExit: func(ctx context.Context, stopped bool) error {
 				mu.Lock()
