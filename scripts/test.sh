@@ -27,6 +27,8 @@ scripts/minio.sh install >/dev/null
 scripts/minio.sh start "$work/minio" >&2
 # shellcheck disable=SC1091
 . "$work/minio/env"
+LIFEBOAT_TEST_EC2_MOCK=$(scripts/ec2-metadata-mock.sh install)
+export LIFEBOAT_TEST_EC2_MOCK
 
 args=("$@")
 if ((${#args[@]} == 0)); then

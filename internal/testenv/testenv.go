@@ -1,5 +1,6 @@
 // Package testenv holds the rules tests share about their environment: when
-// a missing prerequisite may skip a test, and where the test MinIO server is.
+// a missing prerequisite may skip a test, where the test MinIO server is, and
+// how to run AWS's EC2 metadata mock.
 package testenv
 
 import (
