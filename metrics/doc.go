@@ -9,7 +9,7 @@
 // are disabled.
 //
 // Labels only ever take values from fixed sets (NoticeSources,
-// RestartReasons, ResumeSources); anything else is recorded as "other", so
+// RebalanceSources, RestartReasons, ResumeSources); anything else is recorded as "other", so
 // a caller can never put a path, a URL or a secret into a label. No method
 // panics, whatever its argument: lifeboat is PID 1.
 //
@@ -29,6 +29,8 @@
 //	lifeboat_upload_failures_total                      failed checkpoint uploads
 //	lifeboat_checkpoints_interrupted_total              interrupted saves, never stored
 //	lifeboat_preemption_notices_total{source}           cloud preemption notices received
+//	lifeboat_rebalance_recommendations_total{source}    rebalance recommendations received (aws): the machine is at
+//	                                                    elevated risk of interruption; not a stop, not in the series above
 //	lifeboat_grace_budget_left_seconds                  grace budget left, at scrape time; absent until set
 //	lifeboat_trainer_restarts_total{reason}             trainer restarts
 //	lifeboat_trainer_oom_kills_total                    trainer processes killed by the OOM killer

@@ -18,12 +18,15 @@ import (
 // resume source outside its fixed set.
 const Other = "other"
 
-// Label values accepted by IncNotice, IncRestart and SetResume; anything
+// Label values accepted by IncNotice, IncRebalance, IncRestart and SetResume; anything
 // else becomes Other.
 var (
 	// NoticeSources are notice.Notice's sources, plus "signal" for a stop
 	// signal that arrived without a cloud notice.
 	NoticeSources = []string{"aws", "gcp", "url", "signal"}
+	// RebalanceSources are the notice sources that give rebalance
+	// recommendations.
+	RebalanceSources = []string{"aws"}
 	// RestartReasons say why a trainer was restarted: it exited with a
 	// non-zero code, was killed by a signal, or by the OOM killer.
 	RestartReasons = []string{"exit_code", "signal", "oom"}
@@ -68,6 +71,7 @@ type Metrics struct {
 	failures       prometheus.Counter
 	interrupted    prometheus.Counter
 	notices        *prometheus.CounterVec
+	rebalances     *prometheus.CounterVec
 	restarts       *prometheus.CounterVec
 	oomKills       prometheus.Counter
 	resumeStep     *prometheus.GaugeVec
@@ -120,6 +124,10 @@ func New(version string, opts ...Option) *Metrics {
 		Name: "lifeboat_preemption_notices_total",
 		Help: "Preemption notices received, by source (aws, gcp, url, signal, other).",
 	}, []string{"source"})
+	m.rebalances = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lifeboat_rebalance_recommendations_total",
+		Help: "Rebalance recommendations received (the machine is at elevated risk of interruption, not yet going away), by source (aws, other).",
+	}, []string{"source"})
 	m.restarts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lifeboat_trainer_restarts_total",
 		Help: "Trainer restarts, by reason (exit_code, signal, oom, other).",
@@ -139,6 +147,9 @@ func New(version string, opts ...Option) *Metrics {
 	for _, s := range append(NoticeSources, Other) {
 		m.notices.WithLabelValues(s)
 	}
+	for _, s := range append(RebalanceSources, Other) {
+		m.rebalances.WithLabelValues(s)
+	}
 	for _, r := range append(RestartReasons, Other) {
 		m.restarts.WithLabelValues(r)
 	}
@@ -148,7 +159,7 @@ func New(version string, opts ...Option) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildInfo, m.readyGauge, m.lastStep, m.lastCommitTS, age,
 		m.uploadedBytes, m.dedupedBytes, ratio, m.pendingBytes, m.throughput,
-		m.retries, m.failures, m.interrupted, m.notices, m.restarts, m.oomKills,
+		m.retries, m.failures, m.interrupted, m.notices, m.rebalances, m.restarts, m.oomKills,
 		m.resumeStep, m.resumeDuration, m.graceLeft,
 	)
 	return m
@@ -240,6 +251,15 @@ func (m *Metrics) IncNotice(source string) {
 		return
 	}
 	m.notices.WithLabelValues(normalize(source, NoticeSources)).Inc()
+}
+
+// IncRebalance counts one rebalance recommendation from source, one of
+// RebalanceSources; any other value is counted as Other.
+func (m *Metrics) IncRebalance(source string) {
+	if m == nil {
+		return
+	}
+	m.rebalances.WithLabelValues(normalize(source, RebalanceSources)).Inc()
 }
 
 // SetGraceBudgetLeft makes lifeboat_grace_budget_left_seconds report
