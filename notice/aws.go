@@ -3,6 +3,7 @@ package notice
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -18,13 +19,21 @@ const awsTokenTTL = 6 * time.Hour
 // awsTokenMargin: the token is renewed this long before it expires.
 const awsTokenMargin = time.Minute
 
-// awsSource polls EC2's spot/instance-action with an IMDSv2 session token.
-// Only its watcher's goroutine uses it.
+// IMDS paths the aws source asks.
+const (
+	awsSpotPath      = "/latest/meta-data/spot/instance-action"
+	awsRebalancePath = "/latest/meta-data/events/recommendations/rebalance"
+)
+
+// awsSource polls EC2's rebalance recommendation (until it has seen one)
+// and spot/instance-action with an IMDSv2 session token. Only its watcher's
+// goroutine uses it.
 type awsSource struct {
-	cfg     Config
-	client  *retryablehttp.Client
-	token   string // never logged
-	expires time.Time
+	cfg        Config
+	client     *retryablehttp.Client
+	token      string // never logged
+	expires    time.Time
+	rebalanced bool // a rebalance recommendation has been sent
 }
 
 // awsAction is the body of spot/instance-action.
@@ -33,43 +42,113 @@ type awsAction struct {
 	Time   string `json:"time"`
 }
 
-func (a *awsSource) check(ctx context.Context) (Notice, bool, bool, error) {
-	for attempt := 0; ; attempt++ {
-		if err := a.ensureToken(ctx); err != nil {
-			return Notice{}, false, true, err
+// awsRebalance is the body of events/recommendations/rebalance.
+type awsRebalance struct {
+	NoticeTime string `json:"noticeTime"`
+}
+
+// check asks for the rebalance recommendation, then for the interruption
+// notice: a recommendation found in the same check is sent first. A failure
+// to read the recommendation does not keep the interruption notice from
+// being asked for.
+func (a *awsSource) check(ctx context.Context) ([]Notice, bool, error) {
+	if err := a.ensureToken(ctx); err != nil {
+		return nil, true, err
+	}
+	var ns []Notice
+	var rebErr error
+	if !a.rebalanced {
+		n, ok, err := a.rebalance(ctx)
+		if ctx.Err() != nil {
+			return nil, true, ctx.Err()
 		}
-		u := a.cfg.AWSEndpoint + "/latest/meta-data/spot/instance-action"
-		status, _, body, err := do(ctx, a.client, http.MethodGet, u,
+		rebErr = err
+		if ok {
+			a.rebalanced = true
+			ns = append(ns, n)
+		}
+	}
+	n, ok, err := a.spot(ctx)
+	if ok {
+		ns = append(ns, n)
+	}
+	return ns, true, errors.Join(rebErr, err)
+}
+
+// spot asks spot/instance-action once.
+func (a *awsSource) spot(ctx context.Context) (Notice, bool, error) {
+	what := "notice: aws spot instance-action at " + a.cfg.AWSEndpoint
+	status, body, err := a.get(ctx, awsSpotPath, what)
+	if err != nil {
+		return Notice{}, false, err
+	}
+	switch status {
+	case http.StatusNotFound:
+		return Notice{}, false, nil
+	case http.StatusOK:
+		var act awsAction
+		if err := json.Unmarshal(body, &act); err != nil {
+			return Notice{}, false, fmt.Errorf("%s: body %q is not the documented JSON: %w", what, snippet(body), err)
+		}
+		if act.Action == "" || act.Time == "" {
+			return Notice{}, false, fmt.Errorf("%s: body %q lacks action or time", what, snippet(body))
+		}
+		t, err := time.Parse(time.RFC3339, act.Time)
+		if err != nil {
+			return Notice{}, false, fmt.Errorf("%s: time %q is not RFC 3339: %w", what, act.Time, err)
+		}
+		return Notice{Kind: KindPreemption, Source: SourceAWS, Deadline: t, Detail: act.Action}, true, nil
+	default:
+		return Notice{}, false, errStatus(what, status, body)
+	}
+}
+
+// rebalance asks events/recommendations/rebalance once.
+func (a *awsSource) rebalance(ctx context.Context) (Notice, bool, error) {
+	what := "notice: aws rebalance recommendation at " + a.cfg.AWSEndpoint
+	status, body, err := a.get(ctx, awsRebalancePath, what)
+	if err != nil {
+		return Notice{}, false, err
+	}
+	switch status {
+	case http.StatusNotFound:
+		return Notice{}, false, nil
+	case http.StatusOK:
+		var r awsRebalance
+		if err := json.Unmarshal(body, &r); err != nil {
+			return Notice{}, false, fmt.Errorf("%s: body %q is not the documented JSON: %w", what, snippet(body), err)
+		}
+		t, err := time.Parse(time.RFC3339, r.NoticeTime)
+		if err != nil {
+			return Notice{}, false, fmt.Errorf("%s: noticeTime %q is not RFC 3339: %w", what, r.NoticeTime, err)
+		}
+		return Notice{Kind: KindRebalance, Source: SourceAWS, Issued: t}, true, nil
+	default:
+		return Notice{}, false, errStatus(what, status, body)
+	}
+}
+
+// get asks IMDS for path with the session token that check made sure of;
+// errors begin with what. On 401 (the token expired early, or IMDS
+// restarted) it fetches a new token and asks again, once.
+func (a *awsSource) get(ctx context.Context, path, what string) (int, []byte, error) {
+	for attempt := 0; ; attempt++ {
+		if a.token == "" {
+			if err := a.ensureToken(ctx); err != nil {
+				return 0, nil, err
+			}
+		}
+		status, _, body, err := do(ctx, a.client, http.MethodGet, a.cfg.AWSEndpoint+path,
 			http.Header{"X-Aws-Ec2-Metadata-Token": {a.token}})
 		if err != nil {
-			return Notice{}, false, true, fmt.Errorf("notice: aws spot instance-action at %s: %w", a.cfg.AWSEndpoint, err)
+			return 0, nil, fmt.Errorf("%s: %w", what, err)
 		}
-		switch status {
-		case http.StatusNotFound:
-			return Notice{}, false, true, nil
-		case http.StatusUnauthorized:
-			// The token expired early or IMDS restarted: fetch a new one
-			// and ask again, once.
-			a.token = ""
-			if attempt == 0 {
-				continue
-			}
-			return Notice{}, false, true, fmt.Errorf("notice: aws spot instance-action at %s: 401 Unauthorized with a fresh IMDSv2 token", a.cfg.AWSEndpoint)
-		case http.StatusOK:
-			var act awsAction
-			if err := json.Unmarshal(body, &act); err != nil {
-				return Notice{}, false, true, fmt.Errorf("notice: aws spot instance-action at %s: body %q is not the documented JSON: %w", a.cfg.AWSEndpoint, snippet(body), err)
-			}
-			if act.Action == "" || act.Time == "" {
-				return Notice{}, false, true, fmt.Errorf("notice: aws spot instance-action at %s: body %q lacks action or time", a.cfg.AWSEndpoint, snippet(body))
-			}
-			t, err := time.Parse(time.RFC3339, act.Time)
-			if err != nil {
-				return Notice{}, false, true, fmt.Errorf("notice: aws spot instance-action at %s: time %q is not RFC 3339: %w", a.cfg.AWSEndpoint, act.Time, err)
-			}
-			return Notice{Source: SourceAWS, Deadline: t, Detail: act.Action}, true, true, nil
-		default:
-			return Notice{}, false, true, errStatus("notice: aws spot instance-action at "+a.cfg.AWSEndpoint, status, body)
+		if status != http.StatusUnauthorized {
+			return status, body, nil
+		}
+		a.token = ""
+		if attempt > 0 {
+			return 0, nil, fmt.Errorf("%s: 401 Unauthorized with a fresh IMDSv2 token", what)
 		}
 	}
 }

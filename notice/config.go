@@ -24,6 +24,25 @@ const (
 	DefaultWaitTimeout    = 2 * time.Minute
 )
 
+// Environment variables of the cloud SDKs that Config.ReadEnv honours as
+// the SDKs do, so that a pod configured for them needs nothing more.
+const (
+	// EnvAWSEndpoint is the EC2 instance metadata service's base URL, such
+	// as http://127.0.0.1:1338 (the AWS SDKs' and CLI's variable).
+	EnvAWSEndpoint = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
+	// EnvAWSEndpointMode is IPv4 (the default, http://169.254.169.254) or
+	// IPv6 (http://[fd00:ec2::254]); EnvAWSEndpoint wins over it.
+	EnvAWSEndpointMode = "AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE"
+	// EnvAWSDisabled set to true forbids contacting the metadata service.
+	EnvAWSDisabled = "AWS_EC2_METADATA_DISABLED"
+	// EnvGCPHost is the GCE metadata server as host or host:port, without
+	// a scheme (the Google client libraries' variable).
+	EnvGCPHost = "GCE_METADATA_HOST"
+)
+
+// awsIPv6Endpoint is IMDS on its IPv6 address (Nitro instances).
+const awsIPv6Endpoint = "http://[fd00:ec2::254]"
+
 // GCPNotice is how long a GCP preemptible or spot VM runs after it is told
 // it is preempted (ACPI G2 soft off follows after 30 seconds).
 const GCPNotice = 30 * time.Second
@@ -35,10 +54,14 @@ type Config struct {
 	// ParseSources reads them from the --notices flag value.
 	Sources []string
 	// AWSEndpoint is the EC2 instance metadata service. Default
-	// http://169.254.169.254.
+	// http://169.254.169.254; ReadEnv sets it from EnvAWSEndpoint or
+	// EnvAWSEndpointMode.
 	AWSEndpoint string
+	// AWSDisabled says the metadata service must not be contacted
+	// (EnvAWSDisabled): a Config with the aws source is then invalid.
+	AWSDisabled bool
 	// GCPEndpoint is the GCE metadata server. Default
-	// http://metadata.google.internal.
+	// http://metadata.google.internal; ReadEnv sets it from EnvGCPHost.
 	GCPEndpoint string
 	// Interval is how often the aws and url sources poll, and how long any
 	// source waits after a failed check. Default 5s.
@@ -75,6 +98,35 @@ func ParseSources(s string) ([]string, error) {
 	return out, nil
 }
 
+// ReadEnv fills the endpoint fields left empty, and AWSDisabled, from the
+// SDKs' variables (EnvAWSEndpoint, EnvAWSEndpointMode, EnvAWSDisabled,
+// EnvGCPHost) as getenv (os.Getenv outside tests) returns them. It reports
+// a value no SDK would accept; Validate checks the rest.
+func (c *Config) ReadEnv(getenv func(string) string) error {
+	if c.AWSEndpoint == "" {
+		c.AWSEndpoint = strings.TrimSpace(getenv(EnvAWSEndpoint))
+	}
+	if c.AWSEndpoint == "" {
+		switch mode := strings.TrimSpace(getenv(EnvAWSEndpointMode)); {
+		case mode == "", strings.EqualFold(mode, "IPv4"):
+		case strings.EqualFold(mode, "IPv6"):
+			c.AWSEndpoint = awsIPv6Endpoint
+		default:
+			return fmt.Errorf("notice: %s is %q; use IPv4 or IPv6, or set %s", EnvAWSEndpointMode, mode, EnvAWSEndpoint)
+		}
+	}
+	if strings.EqualFold(strings.TrimSpace(getenv(EnvAWSDisabled)), "true") {
+		c.AWSDisabled = true
+	}
+	if host := strings.TrimSpace(getenv(EnvGCPHost)); host != "" && c.GCPEndpoint == "" {
+		if strings.Contains(host, "/") {
+			return fmt.Errorf("notice: %s is %q; it takes host or host:port without a scheme or path, as the Google libraries read it, e.g. 127.0.0.1:8080", EnvGCPHost, host)
+		}
+		c.GCPEndpoint = "http://" + host
+	}
+	return nil
+}
+
 // Validate reports the first thing wrong with c, as a sentence naming the
 // flag and its environment variable.
 func (c Config) Validate() error {
@@ -88,14 +140,17 @@ func (c Config) Validate() error {
 		}
 		seen[s] = true
 	}
+	if seen[SourceAWS] && c.AWSDisabled {
+		return fmt.Errorf("notice: --notices (LIFEBOAT_NOTICES) names aws, but %s=true forbids contacting the EC2 instance metadata service; drop aws from --notices or unset %s", EnvAWSDisabled, EnvAWSDisabled)
+	}
 	if c.AWSEndpoint != "" {
 		if err := checkURL(c.AWSEndpoint); err != nil {
-			return fmt.Errorf("notice: the AWS metadata endpoint %q is not usable: %v; use an http:// URL such as %s", c.AWSEndpoint, err, DefaultAWSEndpoint)
+			return fmt.Errorf("notice: the AWS metadata endpoint %q (%s) is not usable: %v; use an http:// URL such as %s", redactURL(c.AWSEndpoint), EnvAWSEndpoint, err, DefaultAWSEndpoint)
 		}
 	}
 	if c.GCPEndpoint != "" {
 		if err := checkURL(c.GCPEndpoint); err != nil {
-			return fmt.Errorf("notice: the GCP metadata endpoint %q is not usable: %v; use an http:// URL such as %s", c.GCPEndpoint, err, DefaultGCPEndpoint)
+			return fmt.Errorf("notice: the GCP metadata endpoint %q (%s) is not usable: %v; set %s to host:port, e.g. metadata.google.internal", redactURL(c.GCPEndpoint), EnvGCPHost, err, EnvGCPHost)
 		}
 	}
 	if c.Interval < 0 || c.RequestTimeout < 0 || c.WaitTimeout < 0 {

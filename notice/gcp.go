@@ -19,7 +19,7 @@ type gcpSource struct {
 	etag   string // of the last answer; "NONE" before any
 }
 
-func (g *gcpSource) check(ctx context.Context) (Notice, bool, bool, error) {
+func (g *gcpSource) check(ctx context.Context) ([]Notice, bool, error) {
 	q := url.Values{
 		"wait_for_change": {"true"},
 		"last_etag":       {g.etag},
@@ -28,15 +28,15 @@ func (g *gcpSource) check(ctx context.Context) (Notice, bool, bool, error) {
 	u := g.cfg.GCPEndpoint + "/computeMetadata/v1/instance/preempted?" + q.Encode()
 	status, h, body, err := do(ctx, g.client, http.MethodGet, u, http.Header{"Metadata-Flavor": {"Google"}})
 	if err != nil {
-		return Notice{}, false, true, fmt.Errorf("notice: gcp instance/preempted at %s: %w", g.cfg.GCPEndpoint, err)
+		return nil, true, fmt.Errorf("notice: gcp instance/preempted at %s: %w", g.cfg.GCPEndpoint, err)
 	}
 	if status != http.StatusOK {
-		return Notice{}, false, true, errStatus("notice: gcp instance/preempted at "+g.cfg.GCPEndpoint, status, body)
+		return nil, true, errStatus("notice: gcp instance/preempted at "+g.cfg.GCPEndpoint, status, body)
 	}
 	etag := h.Get("ETag")
 	switch strings.TrimSpace(string(body)) {
 	case "TRUE":
-		return Notice{Source: SourceGCP, Deadline: g.cfg.Clock().Add(GCPNotice), Detail: "preempted"}, true, false, nil
+		return []Notice{{Kind: KindPreemption, Source: SourceGCP, Deadline: g.cfg.Clock().Add(GCPNotice), Detail: "preempted"}}, false, nil
 	case "FALSE":
 		// A new ETag means the server answered with news (or at once, on
 		// the first poll): poll again at once, waiting for a change from
@@ -47,8 +47,8 @@ func (g *gcpSource) check(ctx context.Context) (Notice, bool, bool, error) {
 		if etag != "" {
 			g.etag = etag
 		}
-		return Notice{}, false, !changed, nil
+		return nil, !changed, nil
 	default:
-		return Notice{}, false, true, fmt.Errorf("notice: gcp instance/preempted at %s: body %q is neither TRUE nor FALSE", g.cfg.GCPEndpoint, snippet(body))
+		return nil, true, fmt.Errorf("notice: gcp instance/preempted at %s: body %q is neither TRUE nor FALSE", g.cfg.GCPEndpoint, snippet(body))
 	}
 }

@@ -140,6 +140,9 @@ type imds struct {
 	ttl     string                                    // echoed TTL header, "" for none
 	answer  func(get int, token string) (int, string) // status and body of the get-th GET
 	badTTLs []string
+	// rebalance answers GET events/recommendations/rebalance; nil: 404.
+	rebalance  func() (int, string)
+	rebalances int // GETs of it
 }
 
 func (m *imds) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -158,7 +161,7 @@ func (m *imds) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-aws-ec2-metadata-token-ttl-seconds", m.ttl)
 		}
 		fmt.Fprint(w, tok)
-	case r.Method == http.MethodGet && r.URL.Path == "/latest/meta-data/spot/instance-action":
+	case r.Method == http.MethodGet && (r.URL.Path == "/latest/meta-data/spot/instance-action" || r.URL.Path == rebalancePath):
 		tok := r.Header.Get("X-aws-ec2-metadata-token")
 		known := false
 		for _, k := range m.tokens[:min(m.puts, len(m.tokens))] {
@@ -166,6 +169,17 @@ func (m *imds) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if !known {
 			http.Error(w, "", http.StatusUnauthorized)
+			return
+		}
+		if r.URL.Path == rebalancePath {
+			m.rebalances++
+			if m.rebalance == nil {
+				http.NotFound(w, r)
+				return
+			}
+			status, body := m.rebalance()
+			w.WriteHeader(status)
+			fmt.Fprint(w, body)
 			return
 		}
 		m.gets++
@@ -178,6 +192,8 @@ func (m *imds) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 const spotJSON = `{"action": "terminate", "time": "2017-09-18T08:22:00Z"}`
+
+const rebalancePath = "/latest/meta-data/events/recommendations/rebalance"
 
 var spotTime = time.Date(2017, 9, 18, 8, 22, 0, 0, time.UTC)
 
@@ -199,7 +215,7 @@ func TestAWSNoticeAfterSeveral404(t *testing.T) {
 	if rest := stop(); len(rest) != 0 {
 		t.Errorf("more notices after the first: %+v", rest)
 	}
-	want := Notice{Source: SourceAWS, Deadline: spotTime, Detail: "terminate"}
+	want := Notice{Kind: KindPreemption, Source: SourceAWS, Deadline: spotTime, Detail: "terminate"}
 	if n != want {
 		t.Errorf("notice = %+v, want %+v", n, want)
 	}
@@ -280,6 +296,73 @@ func TestAWSTokenRefreshedBeforeExpiry(t *testing.T) {
 	}
 }
 
+// TestAWSRebalanceThenSpotInOneCheck: a rebalance recommendation and an
+// interruption notice both present at one check arrive as two notices, the
+// recommendation first, and the recommendation is asked for only until it
+// has been seen.
+func TestAWSRebalanceThenSpotInOneCheck(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	m := &imds{tokens: []string{"tok1"}, answer: func(get int, _ string) (int, string) {
+		if get <= 2 {
+			return http.StatusNotFound, ""
+		}
+		return http.StatusOK, spotJSON
+	}}
+	m.rebalance = func() (int, string) { return http.StatusOK, `{"noticeTime": "2017-09-18T08:20:00Z"}` }
+	srv := httptest.NewServer(m)
+	defer srv.Close()
+
+	cfg := fast(SourceAWS)
+	cfg.AWSEndpoint = srv.URL
+	ch, stop := start(t, cfg)
+	first, second := recv(t, ch), recv(t, ch)
+	if rest := stop(); len(rest) != 0 {
+		t.Errorf("more notices: %+v", rest)
+	}
+	want := Notice{Kind: KindRebalance, Source: SourceAWS, Issued: time.Date(2017, 9, 18, 8, 20, 0, 0, time.UTC)}
+	if first != want {
+		t.Errorf("first notice = %+v, want %+v", first, want)
+	}
+	if second.Kind != KindPreemption || !second.Deadline.Equal(spotTime) {
+		t.Errorf("second notice = %+v, want the interruption", second)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rebalances != 1 || m.gets != 3 {
+		t.Errorf("IMDS saw %d rebalance GETs (want 1: not asked again once seen) and %d instance-action GETs (want 3)", m.rebalances, m.gets)
+	}
+}
+
+// TestAWSBadRebalanceDoesNotHideSpot: a rebalance answer that is not the
+// documented JSON is an error, logged, and the interruption notice is
+// still watched and delivered.
+func TestAWSBadRebalanceDoesNotHideSpot(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	m := &imds{tokens: []string{"tok1"}, answer: func(get int, _ string) (int, string) {
+		if get <= 2 {
+			return http.StatusNotFound, ""
+		}
+		return http.StatusOK, spotJSON
+	}}
+	m.rebalance = func() (int, string) { return http.StatusOK, "<html>proxy</html>" }
+	srv := httptest.NewServer(m)
+	defer srv.Close()
+
+	rec := newRecorder()
+	cfg := fast(SourceAWS)
+	cfg.AWSEndpoint = srv.URL
+	cfg.Log = rec.logger()
+	ch, stop := start(t, cfg)
+	n := recv(t, ch)
+	stop()
+	if n.Kind != KindPreemption || n.Detail != "terminate" {
+		t.Errorf("notice = %+v, want the interruption", n)
+	}
+	if rec.count("WARN notice.unavailable", "rebalance") != 1 {
+		t.Errorf("want the bad rebalance answer logged once at warn; log:\n%s", strings.Join(rec.records, "\n"))
+	}
+}
+
 func TestGCPFalseThenTrueWithETag(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	var mu sync.Mutex
@@ -321,7 +404,7 @@ func TestGCPFalseThenTrueWithETag(t *testing.T) {
 	ch, stop := start(t, cfg)
 	n := recv(t, ch)
 	stop()
-	want := Notice{Source: SourceGCP, Deadline: now.Add(30 * time.Second), Detail: "preempted"}
+	want := Notice{Kind: KindPreemption, Source: SourceGCP, Deadline: now.Add(30 * time.Second), Detail: "preempted"}
 	if n != want {
 		t.Errorf("notice = %+v, want %+v", n, want)
 	}
@@ -362,7 +445,7 @@ func TestURLSourceBodies(t *testing.T) {
 			ch, stop := start(t, fast("url:"+srv.URL+"/notice"))
 			n := recv(t, ch)
 			stop()
-			if !n.Deadline.Equal(tc.want.Deadline) || n.Source != tc.want.Source || n.Detail != tc.want.Detail {
+			if !n.Deadline.Equal(tc.want.Deadline) || n.Kind != KindPreemption || n.Source != tc.want.Source || n.Detail != tc.want.Detail {
 				t.Errorf("notice = %+v, want %+v", n, tc.want)
 			}
 			if c := calls.Load(); c != 3 {
@@ -455,6 +538,10 @@ func TestBadBodiesAreErrorsNotNotices(t *testing.T) {
 					fmt.Fprint(w, "tok")
 					return
 				}
+				if r.URL.Path == rebalancePath {
+					http.NotFound(w, r)
+					return
+				}
 				w.Header().Set("ETag", fmt.Sprint(calls.Load()))
 				if calls.Add(1) <= 2 {
 					fmt.Fprint(w, tc.bad)
@@ -512,6 +599,8 @@ func TestSeveralSourcesOneNoticeEach(t *testing.T) {
 		switch {
 		case r.Method == http.MethodPut:
 			fmt.Fprint(w, "tok")
+		case r.URL.Path == rebalancePath:
+			http.NotFound(w, r)
 		case strings.HasPrefix(r.URL.Path, "/latest/"):
 			fmt.Fprint(w, spotJSON)
 		case strings.HasPrefix(r.URL.Path, "/computeMetadata/"):

@@ -24,23 +24,23 @@ type urlNotice struct {
 	Detail   string `json:"detail"`
 }
 
-func (s *urlSource) check(ctx context.Context) (Notice, bool, bool, error) {
+func (s *urlSource) check(ctx context.Context) ([]Notice, bool, error) {
 	where := "notice: url source " + redactURL(s.url)
 	status, _, body, err := do(ctx, s.client, http.MethodGet, s.url, http.Header{"Accept": {"application/json, text/plain"}})
 	if err != nil {
-		return Notice{}, false, true, fmt.Errorf("%s: %w", where, err)
+		return nil, true, fmt.Errorf("%s: %w", where, err)
 	}
 	switch status {
 	case http.StatusNoContent, http.StatusNotFound:
-		return Notice{}, false, true, nil
+		return nil, true, nil
 	case http.StatusOK:
 		n, err := parseURLBody(body)
 		if err != nil {
-			return Notice{}, false, true, fmt.Errorf("%s: %w", where, err)
+			return nil, true, fmt.Errorf("%s: %w", where, err)
 		}
-		return n, true, true, nil
+		return []Notice{n}, true, nil
 	default:
-		return Notice{}, false, true, errStatus(where, status, body)
+		return nil, true, errStatus(where, status, body)
 	}
 }
 
@@ -48,7 +48,7 @@ func (s *urlSource) check(ctx context.Context) (Notice, bool, bool, error) {
 // RFC3339 time.
 func parseURLBody(body []byte) (Notice, error) {
 	b := bytes.TrimSpace(body)
-	n := Notice{Source: SourceURL}
+	n := Notice{Kind: KindPreemption, Source: SourceURL}
 	if len(b) > 0 && b[0] == '{' {
 		var v urlNotice
 		if err := json.Unmarshal(b, &v); err != nil {

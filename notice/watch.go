@@ -15,12 +15,28 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 )
 
-// Notice is a warning that the machine is going away.
+// Kinds of Notice.
+const (
+	// KindPreemption: the machine is going away; stop.
+	KindPreemption = "preemption"
+	// KindRebalance: AWS's rebalance recommendation, the machine is at
+	// elevated risk of interruption but not going away yet. It usually
+	// comes minutes before an interruption notice, or without one.
+	KindRebalance = "rebalance"
+)
+
+// Notice is a warning from a cloud about the machine.
 type Notice struct {
+	// Kind is KindPreemption or KindRebalance.
+	Kind string
 	// Source is SourceAWS, SourceGCP or SourceURL.
 	Source string
-	// Deadline is when the machine goes away; zero if unknown.
+	// Deadline is when the machine goes away; zero if unknown and for a
+	// rebalance recommendation.
 	Deadline time.Time
+	// Issued is when the source says it issued the notice (AWS's
+	// noticeTime of a rebalance recommendation); zero if it does not say.
+	Issued time.Time
 	// Detail is what the source said, such as AWS's action ("terminate").
 	Detail string
 }
@@ -33,17 +49,19 @@ const maxBody = 64 << 10
 // source waits Interval.
 const retryMax = 2
 
-// Watch checks cfg and starts one goroutine per source. Each sends at most
-// one Notice, the first it sees, on the returned channel, whose buffer holds
-// one per source so that no send ever blocks. The channel is closed after
-// ctx ends, once every goroutine has returned. With no sources the channel
+// Watch checks cfg and starts one goroutine per source. Each sends on the
+// returned channel at most one notice of each kind, the first it sees: a
+// rebalance recommendation (aws only) before its preemption notice, and
+// returns after the preemption notice. The channel's buffer holds two per
+// source so that no send ever blocks. The channel is closed after ctx
+// ends, once every goroutine has returned. With no sources the channel
 // only closes when ctx ends.
 func Watch(ctx context.Context, cfg Config) (<-chan Notice, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.setDefaults()
-	out := make(chan Notice, len(cfg.Sources))
+	out := make(chan Notice, 2*len(cfg.Sources))
 	var wg sync.WaitGroup
 	for _, src := range cfg.Sources {
 		w := newWatcher(cfg, src, out)
@@ -57,10 +75,12 @@ func Watch(ctx context.Context, cfg Config) (<-chan Notice, error) {
 	return out, nil
 }
 
-// checkFunc asks a source once. It returns a notice and true when the
-// machine is going away; wait tells the loop whether to wait Interval before
-// the next check (a long poll that returned with news need not).
-type checkFunc func(ctx context.Context) (n Notice, ok bool, wait bool, err error)
+// checkFunc asks a source once. It returns the notices it found, in the
+// order they are to be sent, each kind at most once over the source's
+// life; wait tells the loop whether to wait Interval before the next check
+// (a long poll that returned with news need not). A check may return
+// notices and an error together (one of the things it asks failed).
+type checkFunc func(ctx context.Context) (ns []Notice, wait bool, err error)
 
 type watcher struct {
 	cfg    Config
@@ -104,17 +124,21 @@ func (w *watcher) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		n, ok, wait, err := w.check(ctx)
+		ns, wait, err := w.check(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		switch {
-		case err != nil:
+		if err != nil {
 			w.failed(err)
 			wait = true
-		case ok:
+		}
+		for _, n := range ns {
+			if n.Kind != KindPreemption {
+				w.out <- n // never blocks: the buffer holds one of each kind per source
+				continue
+			}
 			w.log.Warn("notice.preempted", "deadline", n.Deadline, "detail", n.Detail)
-			w.out <- n // never blocks: the buffer holds one per source
+			w.out <- n
 			return
 		}
 		if wait {
