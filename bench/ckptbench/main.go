@@ -21,7 +21,8 @@
 //  4. The cost of the format checks: a checkpoint of -size bytes in 64
 //     pickle files uploaded through checkpoint.Uploader with the checks on
 //     and off (in alternating order, each into a new prefix so nothing is
-//     deduplicated), and the checks alone over the same files in memory.
+//     deduplicated), and the checks alone over the same bytes in memory
+//     (the upload runs them on the buffers it has read anyway).
 //
 // Peak RSS comes from /usr/bin/time -v. The server and credentials come from
 // AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; mc finds
@@ -264,13 +265,25 @@ func formatCost(ctx context.Context, o options, i int, dir string, r *round) err
 	if err := off(); err != nil {
 		return err
 	}
-	t0 := time.Now()
+	// The checks alone, as the upload runs them: over bytes already read
+	// (the upload feeds each buffer it read to the check), so the reading
+	// is not timed here.
 	for _, p := range paths {
-		if err := format.CheckFile(filepath.Join(many, p)); err != nil {
+		b, err := os.ReadFile(filepath.Join(many, p))
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		st := format.NewStream(p)
+		for off := 0; off < len(b); off += 8 << 20 {
+			_, _ = st.Write(b[off:min(off+8<<20, len(b))])
+		}
+		err = st.Close()
+		r.checkOnly += time.Since(t0).Seconds()
+		if err != nil {
 			return err
 		}
 	}
-	r.checkOnly = time.Since(t0).Seconds()
 	return nil
 }
 
@@ -596,7 +609,7 @@ func printTables(w io.Writer, o options, rounds []round, dropped bool) {
 	alone := med(func(r round) float64 { return r.checkOnly })
 	fmt.Fprintf(w, "| 4. upload of %d pickles, format checks on / off (Go API) | %.2f s / %.2f s (%+.1f%%) | | | | |\n",
 		formatFiles, on, off, 100*(on-off)/off)
-	fmt.Fprintf(w, "| 4. the format checks alone over the same files (page cache) | %.3f s (%.2f%% of the upload) | | | < 1%% | %s |\n",
+	fmt.Fprintf(w, "| 4. the format checks alone over the same bytes, in 8 MiB buffers as the upload feeds them | %.4f s (%.3f%% of the upload) | | | < 1%% | %s |\n",
 		alone, 100*alone/off, yes(alone/off < 0.01))
 
 	fmt.Fprintln(w, "\nEach run (seconds):")
