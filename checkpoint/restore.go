@@ -9,10 +9,12 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -74,9 +76,18 @@ type RestoreResult struct {
 // reasons. On any earlier error dir is left exactly as it was and the
 // temporary directory is removed.
 //
+// Resources are bounded whatever the snapshot's file count: before any
+// download the free space and inodes of dir's file system are checked
+// against the manifest, each file is created (and, from 1 MiB, given its
+// size with fallocate) through a descriptor closed at once, and a file is
+// open for writing only while chunks of it are in flight, so about
+// 2*Workers files are open at a time; memory is Workers buffers of 1 MiB
+// besides the manifest.
+//
 // Data errors (invalid manifest, missing, truncated or corrupt chunk, a
 // file that is not whole) wrap ErrCorrupt; a missing manifest wraps
-// storage.ErrNotExist.
+// storage.ErrNotExist; a snapshot that does not fit dir's volume wraps
+// ErrTooBig and ENOSPC (or EDQUOT).
 func Restore(ctx context.Context, s storage.Store, step int64, rank int, dir string, opts RestoreOptions) (*RestoreResult, error) {
 	backoff := orDefaultBackoff(opts.Backoff)
 	key, err := findManifest(ctx, s, step, rank, opts.WorldSize, backoff)
@@ -99,12 +110,22 @@ func restoreKey(ctx context.Context, s storage.Store, key, dir string, opts Rest
 }
 
 // RestoreLatest restores rank's snapshot of the newest complete step into
-// dir. When that fails with a data error (ErrCorrupt, or a manifest that
-// vanished), it falls back to the next older complete step, and so on; the
-// result lists each skipped step and why. Other errors (the store is
-// unreachable after retries, dir is not writable, ctx ended) stop it at once:
-// falling back then would throw away good training progress. With no
-// restorable step it returns an error wrapping ErrNoCheckpoint.
+// dir. When that fails for a reason of the snapshot itself, it falls back
+// to the next older complete step, and so on; the result lists each skipped
+// step and why. A snapshot's own reasons: its data (ErrCorrupt, or a
+// manifest that vanished), its size (ErrTooBig: more than dir's volume has
+// free, or the volume filled up), or its files here (one that cannot be
+// created, written, synced or checked in dir, a directory in its way).
+// Anything else stops it at once, since every snapshot would meet it alike
+// and falling back would throw good training progress away: ctx ended (a
+// stop), the store failed (access denied, no such bucket, unreachable after
+// retries), dir or its temporary directory cannot be created, or the move
+// into place failed half way.
+//
+// With no complete step it returns an error wrapping ErrNoCheckpoint. When
+// no complete step could be restored, the error wraps ErrNothingRestorable
+// and every step's reason (and ErrNoCheckpoint when all of them are data
+// errors), and the result lists the fallbacks.
 func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, opts RestoreOptions) (*RestoreResult, error) {
 	log := opts.Log
 	if log == nil {
@@ -125,21 +146,31 @@ func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, o
 			res.Fallbacks = fallbacks
 			return res, nil
 		}
-		if !errors.Is(err, ErrCorrupt) && !errors.Is(err, storage.ErrNotExist) {
+		if ctx.Err() != nil || !skippable(err) {
 			return nil, err
 		}
 		log.Warn("checkpoint: snapshot cannot be restored, falling back to an older one", "step", g.step, "rank", rank, "err", err)
 		fallbacks = append(fallbacks, Fallback{Step: g.step, Err: err})
 	}
-	err = fmt.Errorf("checkpoint: restore rank %d from %s: %w", rank, s, ErrNoCheckpoint)
-	if len(fallbacks) > 0 {
-		errs := []error{err}
-		for _, f := range fallbacks {
-			errs = append(errs, f.Err)
-		}
-		err = errors.Join(errs...)
+	if len(fallbacks) == 0 {
+		return &RestoreResult{Rank: rank}, fmt.Errorf("checkpoint: restore rank %d from %s: %w", rank, s, ErrNoCheckpoint)
 	}
-	return &RestoreResult{Rank: rank, Fallbacks: fallbacks}, err
+	err = fmt.Errorf("checkpoint: restore rank %d from %s: %w: all %d complete steps failed", rank, s, ErrNothingRestorable, len(fallbacks))
+	if !slices.ContainsFunc(fallbacks, func(f Fallback) bool { return !dataError(f.Err) }) {
+		err = fmt.Errorf("%w (%w)", err, ErrNoCheckpoint)
+	}
+	errs := []error{err}
+	for _, f := range fallbacks {
+		errs = append(errs, fmt.Errorf("step %d: %w", f.Step, f.Err))
+	}
+	return &RestoreResult{Rank: rank, Fallbacks: fallbacks}, errors.Join(errs...)
+}
+
+// dataError reports whether err is about the store's data alone: a
+// corrupt snapshot or a manifest that vanished, not its fit here.
+func dataError(err error) bool {
+	var we *writeError
+	return (errors.Is(err, ErrCorrupt) || errors.Is(err, storage.ErrNotExist)) && !errors.Is(err, ErrTooBig) && !errors.As(err, &we)
 }
 
 // findManifest returns the key of the highest revision of rank's manifest
@@ -162,9 +193,85 @@ func findManifest(ctx context.Context, s storage.Store, step int64, rank, worldS
 	return "", fmt.Errorf("checkpoint: step %d rank %d has manifests for several world sizes in %s; name the world size", step, rank, s)
 }
 
+// ErrTooBig marks a snapshot that does not fit where it is restored: the
+// file system of the directory has less free space or fewer free inodes
+// than the snapshot needs, or ran out while the files were reserved. The
+// error also wraps syscall.ENOSPC (or EDQUOT). RestoreLatest falls back to
+// an older snapshot on it.
+var ErrTooBig = errors.New("the checkpoint does not fit on the volume")
+
+// ErrNothingRestorable marks a RestoreLatest that found complete steps and
+// could restore none of them; the error also wraps each one's reason. When
+// every reason is in the store's data (ErrCorrupt, a manifest that
+// vanished) it wraps ErrNoCheckpoint too: nothing in the store can ever be
+// restored. Otherwise (ErrTooBig, a file that cannot be written here) a
+// checkpoint exists that another volume could take, and the caller
+// decides whether to start fresh.
+var ErrNothingRestorable = errors.New("no complete checkpoint can be restored")
+
+// writeError marks a failure to write a snapshot's files into the
+// directory: a file that cannot be created, reserved, written, synced or
+// checked there, or a path in the way. It is about this snapshot here, not
+// the store, so RestoreLatest falls back on it.
+type writeError struct{ err error }
+
+func (e *writeError) Error() string { return e.err.Error() }
+func (e *writeError) Unwrap() error { return e.err }
+
+// writeFailed marks err (nil stays nil) as a writeError; a full volume or
+// quota is ErrTooBig as well.
+func writeFailed(err error) error {
+	if err == nil {
+		return nil
+	}
+	if (errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT)) && !errors.Is(err, ErrTooBig) {
+		err = fmt.Errorf("%w: %w", err, ErrTooBig)
+	}
+	return &writeError{err}
+}
+
+// skippable reports whether RestoreLatest may fall back past a snapshot
+// that failed with err: the failure is the snapshot's own (its data, its
+// size, its files here), not the store's or a stop.
+func skippable(err error) bool {
+	var we *writeError
+	return errors.Is(err, ErrCorrupt) || errors.Is(err, storage.ErrNotExist) || errors.Is(err, ErrTooBig) || errors.As(err, &we)
+}
+
+// restoreFile is one file of a restore while its chunks are written: it is
+// open only while the sender hands out its chunks and until the last of
+// them is written, so a restore holds about Workers+1 files open, whatever
+// the snapshot's file count.
+type restoreFile struct {
+	f    *os.File
+	path string // slash path in the snapshot
+	mode fs.FileMode
+	refs atomic.Int32 // the sender's reference and one per chunk handed out
+}
+
+// release drops a reference; the last one sets the file's mode, syncs it
+// (unless the restore failed already) and closes it.
+func (rf *restoreFile) release(ctx context.Context, cancel context.CancelCauseFunc) {
+	if rf.refs.Add(-1) != 0 {
+		return
+	}
+	err := ctx.Err()
+	if err == nil {
+		err = rf.f.Chmod(rf.mode)
+	}
+	if err == nil {
+		err = rf.f.Sync()
+	}
+	if cerr := rf.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil && ctx.Err() == nil {
+		cancel(writeFailed(fmt.Errorf("file %s: %w", rf.path, err)))
+	}
+}
+
 type restoreJob struct {
-	file   *os.File
-	path   string
+	file   *restoreFile
 	offset int64
 	chunk  Chunk
 }
@@ -179,6 +286,9 @@ func restoreManifest(ctx context.Context, s storage.Store, m *Manifest, dir stri
 		return err
 	}
 	if err := checkTargets(dir, m.Files); err != nil {
+		return writeFailed(err)
+	}
+	if err := checkSpace(dir, m.Files); err != nil {
 		return err
 	}
 	tmp, err := os.MkdirTemp(dir, tempPrefix+"*")
@@ -186,28 +296,8 @@ func restoreManifest(ctx context.Context, s storage.Store, m *Manifest, dir stri
 		return err
 	}
 	defer os.RemoveAll(tmp)
-
-	files := make([]*os.File, len(m.Files))
-	defer func() {
-		for _, f := range files {
-			if f != nil {
-				f.Close()
-			}
-		}
-	}()
-	for i, mf := range m.Files {
-		p := filepath.Join(tmp, filepath.FromSlash(mf.Path))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return err
-		}
-		files[i] = f
-		if err := reserve(f, mf.Size); err != nil {
-			return fmt.Errorf("reserve %d bytes for %s: %w", mf.Size, mf.Path, err)
-		}
+	if err := reserveFiles(tmp, m.Files); err != nil {
+		return writeFailed(err)
 	}
 
 	var total int64
@@ -228,18 +318,21 @@ func restoreManifest(ctx context.Context, s storage.Store, m *Manifest, dir stri
 			scratch := make([]byte, fetchBuffer)
 			for job := range jobs {
 				if ctx.Err() != nil {
+					job.file.release(ctx, cancel)
 					continue
 				}
 				// The chunk goes into the temporary file before its hash
 				// is known; a bad chunk fails the whole restore, and the
 				// temporary directory is removed.
-				if err := fetchChunk(ctx, s, job.chunk, job.file, job.offset, scratch, backoff); err != nil {
-					cancel(fmt.Errorf("file %s at offset %d: %w", job.path, job.offset, err))
+				if err := fetchChunk(ctx, s, job.chunk, job.file.f, job.offset, scratch, backoff); err != nil {
+					cancel(fmt.Errorf("file %s at offset %d: %w", job.file.path, job.offset, err))
+					job.file.release(ctx, cancel)
 					continue
 				}
 				// Start writing back now, so the fsync before the rename
 				// has little left to do. Advisory: errors are ignored.
-				_ = unix.SyncFileRange(int(job.file.Fd()), job.offset, job.chunk.Size, unix.SYNC_FILE_RANGE_WRITE)
+				_ = unix.SyncFileRange(int(job.file.f.Fd()), job.offset, job.chunk.Size, unix.SYNC_FILE_RANGE_WRITE)
+				job.file.release(ctx, cancel)
 				if opts.Progress != nil {
 					opts.Progress(written.Add(job.chunk.Size), total)
 				}
@@ -247,16 +340,30 @@ func restoreManifest(ctx context.Context, s storage.Store, m *Manifest, dir stri
 		})
 	}
 send:
-	for i, mf := range m.Files {
+	for _, mf := range m.Files {
+		if len(mf.Chunks) == 0 {
+			continue // done by reserveFiles
+		}
+		f, err := os.OpenFile(filepath.Join(tmp, filepath.FromSlash(mf.Path)), os.O_WRONLY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			cancel(writeFailed(err))
+			break
+		}
+		rf := &restoreFile{f: f, path: mf.Path, mode: fs.FileMode(mf.Mode)}
+		rf.refs.Store(1)
 		var off int64
 		for _, c := range mf.Chunks {
+			rf.refs.Add(1)
 			select {
-			case jobs <- restoreJob{file: files[i], path: mf.Path, offset: off, chunk: c}:
+			case jobs <- restoreJob{file: rf, offset: off, chunk: c}:
 			case <-ctx.Done():
+				rf.refs.Add(-1)
+				rf.release(ctx, cancel)
 				break send
 			}
 			off += c.Size
 		}
+		rf.release(ctx, cancel)
 	}
 	close(jobs)
 	wg.Wait()
@@ -264,40 +371,118 @@ send:
 		return err
 	}
 
-	for i, mf := range m.Files {
-		f := files[i]
-		files[i] = nil
-		if err := f.Chmod(fs.FileMode(mf.Mode)); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
-			return err
-		}
-	}
 	if !opts.SkipFormatCheck {
 		if err := checkRestored(ctx, tmp, m.Files, m.Rank, cmpOrInt(opts.Workers, DefaultDownloadWorkers)); err != nil {
+			if !errors.Is(err, ErrCorrupt) && ctx.Err() == nil {
+				err = writeFailed(err)
+			}
 			return err
 		}
 	}
 	// The restored copy is complete: move it into place.
+	made := map[string]bool{}
 	for _, mf := range m.Files {
 		rel := filepath.FromSlash(mf.Path)
 		target := filepath.Join(dir, rel)
-		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-			return err
+		if d := filepath.Dir(target); !made[d] {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+			made[d] = true
 		}
 		if err := os.Rename(filepath.Join(tmp, rel), target); err != nil {
-			return fmt.Errorf("move restored files into place (some are moved, the rest are in %s): %w", tmp, err)
+			return fmt.Errorf("move restored files into place (some are moved, the rest are not): %w", err)
 		}
 	}
 	if d, err := os.Open(dir); err == nil {
 		d.Sync()
 		d.Close()
+	}
+	return nil
+}
+
+// reserveMin is the smallest file reserveFiles reserves. Smaller files
+// gain nothing from fallocate that is worth its cost (an allocation and,
+// at the first write, its conversion: more than creating the file, for a
+// file of a few bytes), and checkSpace has counted their blocks.
+const reserveMin = fetchBuffer
+
+// reserveFiles creates every file of the snapshot under tmp, one at a time,
+// with its final size reserved (reserve) from reserveMin bytes up. Empty
+// files are complete then: they get their mode and are synced.
+func reserveFiles(tmp string, files []File) error {
+	made := map[string]bool{}
+	for _, mf := range files {
+		p := filepath.Join(tmp, filepath.FromSlash(mf.Path))
+		if d := filepath.Dir(p); !made[d] {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+			made[d] = true
+		}
+		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return err
+		}
+		if mf.Size >= reserveMin {
+			err = reserve(f, mf.Size)
+		}
+		if err != nil {
+			err = fmt.Errorf("reserve %d bytes for %s: %w", mf.Size, mf.Path, err)
+		} else if len(mf.Chunks) == 0 {
+			if err = f.Chmod(fs.FileMode(mf.Mode)); err == nil {
+				err = f.Sync()
+			}
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// spaceMargin is free space a restore leaves on top of what its files take,
+// for the file system's own metadata (directories, extent trees).
+const spaceMargin = 1 << 20
+
+// checkSpace fails with an error wrapping ErrTooBig and ENOSPC when dir's
+// file system has less free space (to an unprivileged user) than files take
+// in whole blocks, or fewer free inodes than files and their directories.
+// Where the file system does not report them (a size of zero), it passes:
+// reserving the files finds out.
+func checkSpace(dir string, files []File) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil || st.Blocks == 0 {
+		return nil
+	}
+	block := st.Frsize
+	if block <= 0 {
+		block = st.Bsize
+	}
+	if block <= 0 {
+		return nil
+	}
+	var fileBytes, need int64
+	dirs := map[string]bool{}
+	for _, f := range files {
+		fileBytes += f.Size
+		need += (f.Size + block - 1) / block * block
+		for d := path.Dir(f.Path); d != "." && !dirs[d]; d = path.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	need += int64(len(dirs)+1)*block + spaceMargin
+	free := int64(min(st.Bavail, uint64(math.MaxInt64)/uint64(block))) * block
+	if need > free {
+		return fmt.Errorf("the snapshot needs %d bytes (%d bytes of files, %d files, with blocks of %d bytes) and the file system of %s has %d bytes free: "+
+			"make the volume larger or free space on it: %w: %w", need, fileBytes, len(files), block, dir, free, ErrTooBig, unix.ENOSPC)
+	}
+	if inodes := uint64(len(files) + len(dirs) + 1); st.Files > 0 && inodes > st.Ffree {
+		return fmt.Errorf("the snapshot needs %d inodes (%d files and %d directories) and the file system of %s has %d free: "+
+			"make the volume larger or give it more inodes: %w: %w", inodes, len(files), len(dirs)+1, dir, st.Ffree, ErrTooBig, unix.ENOSPC)
 	}
 	return nil
 }
@@ -440,7 +625,7 @@ func fetchChunk(ctx context.Context, s storage.Store, c Chunk, w io.WriterAt, of
 			h.Write(scratch[:m])
 			if w != nil && n < c.Size && m > 0 {
 				if _, werr := w.WriteAt(scratch[:min(int64(m), c.Size-n)], off+n); werr != nil {
-					return storage.Permanent(werr)
+					return storage.Permanent(writeFailed(werr))
 				}
 			}
 			n += int64(m)
