@@ -13,9 +13,10 @@ import (
 
 // PruneOptions tune Prune.
 type PruneOptions struct {
-	// Keep is how many of the newest complete, readable steps to keep (at
-	// least 1). Every step newer than the oldest kept one is kept too,
-	// complete or not.
+	// Keep is how many of the newest restorable steps to keep (at least
+	// 1): complete, every rank's manifest decodes, and every chunk they
+	// name is stored with the size they say. Every step newer than the
+	// oldest kept one is kept too, complete, restorable or not.
 	Keep int
 	// SafetyWindow: a chunk no remaining manifest references is deleted
 	// only when it is older than this. It must be at least the Uploader's.
@@ -29,7 +30,13 @@ type PruneOptions struct {
 
 // PruneResult reports what Prune deleted (or, with DryRun, would delete).
 type PruneResult struct {
-	Kept             []int64 // complete steps kept, newest first
+	Kept []int64 // restorable steps kept, newest first
+	// Unrestorable lists the complete steps newer than the oldest kept one
+	// that cannot be restored (a manifest that does not decode, chunks
+	// missing or of the wrong size), newest first: they count toward no
+	// Keep and are kept, like any step newer than a kept one. Older ones
+	// are deleted with the other old steps.
+	Unrestorable     []int64
 	DeletedSteps     []int64
 	DeletedManifests int // all manifests deleted, of deleted steps and superseded revisions
 	// DeletedRevisions counts superseded revisions deleted from steps that
@@ -43,14 +50,17 @@ type PruneResult struct {
 	YoungUnreferenced int
 }
 
-// Prune keeps the opts.Keep newest complete steps and deletes the rest:
-// first the manifests of older steps (every revision), and the superseded
+// Prune keeps the opts.Keep newest restorable steps and deletes the steps
+// older than them: first the manifests of older steps (every revision), and the superseded
 // revisions of the steps it keeps once the revision above them is older
 // than the safety window, then the chunks that no remaining manifest
 // references and that are older than the safety window. Listing the
 // manifests again after deleting, and the window, make it safe to run while
 // uploads and restores are in progress (docs/FORMAT.md). A manifest that
-// cannot be decoded protects no chunk.
+// cannot be decoded protects no chunk. Which steps are restorable it tells
+// from one listing of the chunks, before it deletes anything: a step whose
+// chunks are missing or of another size than its manifests say never
+// counts toward Keep, so a restorable step is never deleted to keep it.
 func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResult, error) {
 	if opts.Keep < 1 {
 		return nil, errors.New("checkpoint: prune: keep must be at least 1, or every checkpoint would be deleted")
@@ -82,23 +92,37 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 		manifests[key] = m
 		return nil
 	}
+	stored, err := listChunks(ctx, s, backoff)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: prune: %w", err)
+	}
 	res := &PruneResult{}
 	var oldestKept int64 = -1
 	for _, g := range slices.Backward(groups) {
 		if len(res.Kept) == opts.Keep {
 			break
 		}
-		good := g.complete()
+		if !g.complete() {
+			continue
+		}
+		var ms []*Manifest
 		for _, oi := range g.keys {
 			if err := read(oi.Key); err != nil {
 				return nil, err
 			}
-			good = good && manifests[oi.Key] != nil
+			if m := manifests[oi.Key]; m != nil {
+				ms = append(ms, m)
+			}
 		}
-		if good {
-			res.Kept = append(res.Kept, g.step)
-			oldestKept = g.step
+		missing, wrongSize := stored.check(ms)
+		if len(ms) < g.worldSize || missing > 0 || wrongSize > 0 {
+			log.Warn("checkpoint: prune: step cannot be restored; it counts toward no --keep", "step", g.step,
+				"bad_manifests", g.worldSize-len(ms), "missing_chunks", missing, "wrong_size_chunks", wrongSize)
+			res.Unrestorable = append(res.Unrestorable, g.step)
+			continue
 		}
+		res.Kept = append(res.Kept, g.step)
+		oldestKept = g.step
 	}
 	// deleted holds the manifests to delete, in order: for each rank, its
 	// lower revisions first, so that a reader never sees an older revision
@@ -137,6 +161,8 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 		}
 	}
 	res.DeletedSteps = slices.Compact(res.DeletedSteps)
+	// Unrestorable steps older than the oldest kept one go with the rest.
+	res.Unrestorable = slices.DeleteFunc(res.Unrestorable, func(step int64) bool { return enough && step < oldestKept })
 	if !enough && len(deleted) == 0 {
 		log.Info("checkpoint: prune: fewer complete steps than to keep; nothing to delete", "complete", len(res.Kept), "keep", opts.Keep)
 		return res, nil
@@ -205,7 +231,7 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 		res.DeletedChunks++
 		res.DeletedBytes += oi.Size
 	}
-	log.Info("checkpoint: pruned", "kept", res.Kept, "deleted_steps", len(res.DeletedSteps), "deleted_revisions", res.DeletedRevisions,
+	log.Info("checkpoint: pruned", "kept", res.Kept, "unrestorable", res.Unrestorable, "deleted_steps", len(res.DeletedSteps), "deleted_revisions", res.DeletedRevisions,
 		"deleted_chunks", res.DeletedChunks, "deleted_bytes", res.DeletedBytes, "dry_run", opts.DryRun)
 	return res, nil
 }

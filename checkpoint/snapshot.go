@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"cmp"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,21 @@ type Snapshot struct {
 	Bytes    int64     // file bytes of all ranks
 	Revision int       // highest revision of the ranks
 	Counter  bool      // a rank's manifest is a counter checkpoint's
+	// ChunksChecked: the chunks were listed (ListChecked), and
+	// MissingChunks and WrongSizeChunks count, over the ranks' manifests,
+	// the distinct chunks the store lacks or holds with another size than
+	// a manifest says. List leaves all three zero.
+	ChunksChecked   bool
+	MissingChunks   int
+	WrongSizeChunks int
+}
+
+// Restorable reports whether nothing found makes the snapshot impossible
+// to restore: it is complete and, when its chunks were checked, none is
+// missing or of the wrong size. (Whether the chunks' content is right,
+// Verify with ReadData tells; whether it fits a volume, the restore.)
+func (sn *Snapshot) Restorable() bool {
+	return sn.Complete && sn.MissingChunks == 0 && sn.WrongSizeChunks == 0
 }
 
 // revisionKey is one revision's manifest key, as listed.
@@ -153,18 +169,39 @@ func Latest(ctx context.Context, s storage.Store, worldSize int) (int64, error) 
 }
 
 // List describes every step in the store, oldest first, reading each
-// rank's highest revision (for lifeboat ls). A manifest that cannot be decoded is reported
-// in its RankInfo.Err, not as List's error.
+// rank's highest revision (for lifeboat ls). A manifest that cannot be
+// decoded is reported in its RankInfo.Err, not as List's error. It reads
+// the manifests only; ListChecked also checks the chunks.
 func List(ctx context.Context, s storage.Store) ([]Snapshot, error) {
+	return list(ctx, s, false)
+}
+
+// ListChecked is List that also lists every chunk in the store once and
+// counts, for each step, the chunks its manifests name that are missing or
+// stored with another size (Snapshot.MissingChunks, WrongSizeChunks). It
+// costs one listing of chunks/ more than List, and memory for each chunk's
+// size.
+func ListChecked(ctx context.Context, s storage.Store) ([]Snapshot, error) {
+	return list(ctx, s, true)
+}
+
+func list(ctx context.Context, s storage.Store, checkChunks bool) ([]Snapshot, error) {
 	backoff := DefaultBackoff()
 	groups, err := listSteps(ctx, s, snapshotsPrefix, backoff)
 	if err != nil {
 		return nil, err
 	}
+	var stored chunkSizes
+	if checkChunks {
+		if stored, err = listChunks(ctx, s, backoff); err != nil {
+			return nil, err
+		}
+	}
 	out := make([]Snapshot, 0, len(groups))
 	for _, g := range groups {
-		snap := Snapshot{Step: g.step, WorldSize: g.worldSize}
+		snap := Snapshot{Step: g.step, WorldSize: g.worldSize, ChunksChecked: checkChunks}
 		valid := 0
+		var manifests []*Manifest
 		for r := range g.worldSize {
 			oi, ok := g.keys[r]
 			if !ok {
@@ -179,6 +216,7 @@ func List(ctx context.Context, s storage.Store) ([]Snapshot, error) {
 				return nil, err
 			default:
 				valid++
+				manifests = append(manifests, m)
 				ri.ID, ri.Created, ri.Bytes, ri.Files, ri.Counter = m.ID, m.Created, m.Bytes(), len(m.Files), m.Counter
 			}
 			snap.Revision = max(snap.Revision, ri.Revision)
@@ -190,9 +228,64 @@ func List(ctx context.Context, s storage.Store) ([]Snapshot, error) {
 			}
 		}
 		snap.Complete = valid == g.worldSize
+		if checkChunks {
+			snap.MissingChunks, snap.WrongSizeChunks = stored.check(manifests)
+		}
 		out = append(out, snap)
 	}
 	return out, nil
+}
+
+// chunkSizes maps each stored chunk's SHA-256 to its stored size.
+type chunkSizes map[[32]byte]int64
+
+// listChunks lists chunks/ once.
+func listChunks(ctx context.Context, s storage.Store, backoff Backoff) (chunkSizes, error) {
+	var sizes chunkSizes
+	err := retry(ctx, backoff, func() error {
+		sizes = chunkSizes{}
+		return s.List(ctx, chunksPrefix, func(oi storage.ObjectInfo) error {
+			if sum, ok := parseChunkKey(oi.Key); ok {
+				sizes[sumKey(sum)] = oi.Size
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: list %s in %s: %w", chunksPrefix, s, err)
+	}
+	return sizes, nil
+}
+
+// check counts the distinct chunks of ms that are not stored, and those
+// stored with another size than a manifest says.
+func (c chunkSizes) check(ms []*Manifest) (missing, wrongSize int) {
+	seen := map[[32]byte]bool{}
+	for _, m := range ms {
+		for _, f := range m.Files {
+			for _, ch := range f.Chunks {
+				k := sumKey(ch.SHA256)
+				if seen[k] {
+					continue
+				}
+				seen[k] = true
+				switch size, ok := c[k]; {
+				case !ok:
+					missing++
+				case size != ch.Size:
+					wrongSize++
+				}
+			}
+		}
+	}
+	return missing, wrongSize
+}
+
+// sumKey is the 32 bytes of a hex SHA-256 that isHexSHA256 accepted.
+func sumKey(sum string) [32]byte {
+	var k [32]byte
+	_, _ = hex.Decode(k[:], []byte(sum))
+	return k
 }
 
 // readManifest gets, decodes and validates the manifest at key, and checks
