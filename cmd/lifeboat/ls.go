@@ -16,6 +16,7 @@ type lsOptions struct {
 	common commonOptions
 	store  storeOptions
 	json   bool
+	check  bool
 }
 
 // lsEntry is one line of `lifeboat ls --json`.
@@ -33,7 +34,18 @@ type lsEntry struct {
 	WorldSize int       `json:"world_size"`
 	Bytes     int64     `json:"bytes"`
 	Complete  bool      `json:"complete"`
-	Errors    []string  `json:"errors,omitempty"`
+	// Restorable: nothing ls found keeps the step from being restored:
+	// it is complete, every manifest decodes and, with --check, every
+	// chunk is stored with its size. (Content is verify's; whether it fits
+	// the volume, the restore's.)
+	Restorable bool `json:"restorable"`
+	// ChunksChecked: --check listed the chunks; MissingChunks and
+	// WrongSizeChunks count the step's chunks not stored or stored with
+	// another size than its manifests say.
+	ChunksChecked   bool     `json:"chunks_checked"`
+	MissingChunks   int      `json:"missing_chunks,omitempty"`
+	WrongSizeChunks int      `json:"wrong_size_chunks,omitempty"`
+	Errors          []string `json:"errors,omitempty"`
 }
 
 func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -42,11 +54,16 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o.common.register(fs)
 	o.store.register(fs)
 	fs.BoolVar(&o.json, "json", false, "print JSON, one array of checkpoints")
-	fs.Usage = flagUsage(fs, stderr, "lifeboat ls --store URL [--json]\n\n"+
+	fs.BoolVar(&o.check, "check", false, "also list every chunk once and mark steps whose chunks are missing or of the wrong size")
+	fs.Usage = flagUsage(fs, stderr, "lifeboat ls --store URL [--json] [--check]\n\n"+
 		"Lists every step, oldest first. REV is the step's highest revision: a step whose files\n"+
 		"changed after it was committed is stored again as revision 1, 2, ..., and each rank's\n"+
 		"highest revision is what a restore takes. KIND is named, or counter for a checkpoint the\n"+
-		"trainer did not number, stored as a revision of the named step it follows.")
+		"trainer did not number, stored as a revision of the named step it follows. STATE is\n"+
+		"complete, incomplete (ranks missing: an upload in progress, or one that died),\n"+
+		"bad-manifest (a manifest does not decode), or with --check missing-chunks or\n"+
+		"wrong-size-chunks; a restore skips every state but complete. ls reads the manifests\n"+
+		"only; --check also lists every chunk once (lifeboat verify reads their content).")
 	if code := parseCmd(fs, args, stderr); code >= 0 {
 		return code
 	}
@@ -55,14 +72,19 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lifeboat ls: %v\n", err)
 		return 1
 	}
-	snaps, err := checkpoint.List(ctx, s)
+	list := checkpoint.List
+	if o.check {
+		list = checkpoint.ListChecked
+	}
+	snaps, err := list(ctx, s)
 	if err != nil {
 		fmt.Fprintf(stderr, "lifeboat ls: %v\n", err)
 		return 1
 	}
 	entries := make([]lsEntry, 0, len(snaps))
 	for _, sn := range snaps {
-		e := lsEntry{Step: sn.Step, Revision: sn.Revision, Counter: sn.Counter, Created: sn.Created, WorldSize: sn.WorldSize, Bytes: sn.Bytes, Complete: sn.Complete, IDs: []string{}, Ranks: []int{}}
+		e := lsEntry{Step: sn.Step, Revision: sn.Revision, Counter: sn.Counter, Created: sn.Created, WorldSize: sn.WorldSize, Bytes: sn.Bytes, Complete: sn.Complete,
+			Restorable: sn.Restorable(), ChunksChecked: sn.ChunksChecked, MissingChunks: sn.MissingChunks, WrongSizeChunks: sn.WrongSizeChunks, IDs: []string{}, Ranks: []int{}}
 		for _, r := range sn.Ranks {
 			e.Ranks = append(e.Ranks, r.Rank)
 			if r.Err != nil {
@@ -85,10 +107,7 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STEP\tREV\tKIND\tCREATED\tRANKS\tBYTES\tSTATE\tID")
 	for _, e := range entries {
-		state := "complete"
-		if !e.Complete {
-			state = "incomplete"
-		}
+		state := e.state()
 		kind := "named"
 		if e.Counter {
 			kind = "counter"
@@ -100,6 +119,22 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d/%d\t%d\t%s\t%s\n", e.Step, e.Revision, kind, e.Created.UTC().Format(time.RFC3339), len(e.Ranks), e.WorldSize, e.Bytes, state, id)
 	}
 	return exitOnErr(tw.Flush(), "ls", stderr)
+}
+
+// state is the STATE column: the first thing found that keeps the step
+// from being restored, or complete.
+func (e lsEntry) state() string {
+	switch {
+	case len(e.Errors) > 0:
+		return "bad-manifest"
+	case len(e.Ranks) < e.WorldSize:
+		return "incomplete"
+	case e.MissingChunks > 0:
+		return "missing-chunks"
+	case e.WrongSizeChunks > 0:
+		return "wrong-size-chunks"
+	}
+	return "complete"
 }
 
 func exitOnErr(err error, name string, stderr io.Writer) int {

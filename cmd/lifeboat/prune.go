@@ -21,9 +21,14 @@ func pruneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := newFlagSet("prune", stderr)
 	o.common.register(fs)
 	o.store.register(fs)
-	fs.IntVar(&o.keep, "keep", 3, "keep the newest N complete checkpoints")
+	fs.IntVar(&o.keep, "keep", 3, "keep the newest N restorable checkpoints")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "say what would be deleted, delete nothing")
-	fs.Usage = flagUsage(fs, stderr, "lifeboat prune --store URL [--keep N] [--dry-run]")
+	fs.Usage = flagUsage(fs, stderr, "lifeboat prune --store URL [--keep N] [--dry-run]\n\n"+
+		"Keeps the newest N restorable steps and every step newer than the oldest of them, and\n"+
+		"deletes the older steps and the chunks no remaining step uses. A step is restorable\n"+
+		"when it is complete, its manifests decode and every chunk they name is stored with\n"+
+		"the size they say (prune lists the chunks to tell); one that is not counts toward no\n"+
+		"--keep, so a restorable step is never deleted to keep it.")
 	if code := parseCmd(fs, args, stderr); code >= 0 {
 		return code
 	}
@@ -51,5 +56,8 @@ func pruneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	fmt.Fprintf(stdout, "kept steps %v; %s steps %v (%d manifests, %d chunks, %d bytes); %d unreferenced chunks kept inside the safety window\n",
 		res.Kept, verb, res.DeletedSteps, res.DeletedManifests, res.DeletedChunks, res.DeletedBytes, res.YoungUnreferenced)
+	if len(res.Unrestorable) > 0 {
+		fmt.Fprintf(stdout, "steps %v cannot be restored (lifeboat ls --check says why); they count toward no --keep and are kept while newer than a kept step\n", res.Unrestorable)
+	}
 	return 0
 }
