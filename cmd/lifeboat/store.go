@@ -154,48 +154,63 @@ func parseBytes(s string) (int64, error) {
 	return strconv.ParseInt(s, 10, 64)
 }
 
-// rankOptions say which rank of how many this process is.
+// rankOptions say which rank of how many this process is. A pod is one
+// rank: a pod that runs several local ranks (paddle.distributed.launch
+// --nproc_per_node) is one lifeboat rank, and all its local ranks' files
+// under --dir are one snapshot.
 type rankOptions struct {
 	rank, worldSize int
 }
 
+// rankVars and worldSizeVars are read in order when --rank and
+// --world-size are not given: Paddle's, then torchrun's and most
+// launchers', then the pod's index in a Kubernetes Indexed Job and in a
+// Volcano job's task.
+var (
+	rankVars      = []string{"PADDLE_TRAINER_ID", "RANK", "JOB_COMPLETION_INDEX", "VC_TASK_INDEX"}
+	worldSizeVars = []string{"PADDLE_TRAINERS_NUM", "WORLD_SIZE"}
+)
+
 func (o *rankOptions) register(fs *flag.FlagSet) {
-	fs.IntVar(&o.rank, "rank", -1, "this pod's rank (default: PADDLE_TRAINER_ID, else RANK, else 0)")
-	fs.IntVar(&o.worldSize, "world-size", -1, "number of ranks (default: PADDLE_TRAINERS_NUM, else WORLD_SIZE, else 1)")
+	fs.IntVar(&o.rank, "rank", -1, "this pod's rank (default: "+strings.Join(rankVars, ", else ")+", else 0)")
+	fs.IntVar(&o.worldSize, "world-size", -1, "number of ranks, one per pod (default: "+strings.Join(worldSizeVars, ", else ")+", else 1)")
 }
 
 // resolve fills unset values from the launchers' usual variables.
 func (o *rankOptions) resolve(getenv func(string) string) error {
-	pick := func(v *int, flagName string, names ...string) error {
+	pick := func(v *int, flagName string, names []string) (string, error) {
 		if *v >= 0 {
-			return nil
+			return "--" + flagName, nil
 		}
 		for _, n := range names {
-			if s := getenv(n); s != "" {
+			if s := strings.TrimSpace(getenv(n)); s != "" {
 				i, err := strconv.Atoi(s)
 				if err != nil || i < 0 {
-					return fmt.Errorf("%s=%q is not a non-negative number (it sets --%s)", n, s, flagName)
+					return "", fmt.Errorf("%s=%q is not a non-negative number (it sets --%s)", n, s, flagName)
 				}
 				*v = i
-				return nil
+				return n, nil
 			}
 		}
-		return nil
+		return "", nil
 	}
-	if err := pick(&o.rank, "rank", "PADDLE_TRAINER_ID", "RANK"); err != nil {
+	rankFrom, err := pick(&o.rank, "rank", rankVars)
+	if err != nil {
 		return err
 	}
-	if err := pick(&o.worldSize, "world-size", "PADDLE_TRAINERS_NUM", "WORLD_SIZE"); err != nil {
+	sizeFrom, err := pick(&o.worldSize, "world-size", worldSizeVars)
+	if err != nil {
 		return err
 	}
 	if o.rank < 0 {
-		o.rank = 0
+		o.rank, rankFrom = 0, "the default"
 	}
 	if o.worldSize < 0 {
-		o.worldSize = 1
+		o.worldSize, sizeFrom = 1, "the default"
 	}
 	if o.worldSize < 1 || o.rank >= o.worldSize {
-		return fmt.Errorf("rank %d of world size %d: --rank (LIFEBOAT_RANK) must be below --world-size (LIFEBOAT_WORLD_SIZE)", o.rank, o.worldSize)
+		return fmt.Errorf("rank %d (from %s) of world size %d (from %s): --rank (LIFEBOAT_RANK) must be below --world-size (LIFEBOAT_WORLD_SIZE); "+
+			"set --world-size to the number of pods (an Indexed Job's completions, a Volcano task's replicas)", o.rank, rankFrom, o.worldSize, sizeFrom)
 	}
 	return nil
 }
