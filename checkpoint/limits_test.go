@@ -356,3 +356,39 @@ func TestRestoreLatestNothingRestorable(t *testing.T) {
 		t.Errorf("RestoreLatest with only a corrupt step = %v; want ErrNothingRestorable and ErrNoCheckpoint", err)
 	}
 }
+
+// TestRestoreStopsWhileReserving: a stop while the files of a large
+// snapshot are being created ends the restore there, without a chunk
+// fetched or a fallback.
+func TestRestoreStopsWhileReserving(t *testing.T) {
+	defer verifyNone(t)
+	inner := mem.New()
+	upload(t, newUploader(inner, nil), 1, 0, 1, sampleTree(9))
+	putSnapshot(t, inner, 2, 20_000)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var chunkGets atomic.Int64
+	s := &mem.FaultStore{Inner: inner}
+	s.OnGet = func(c context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+		switch {
+		case key == manifestKey(2, 0, 1, 0):
+			defer cancel() // the stop arrives as the manifest is read
+		case strings.HasPrefix(key, chunksPrefix):
+			chunkGets.Add(1)
+		}
+		return inner.Get(c, key, offset, length)
+	}
+	dir := t.TempDir()
+	var progressed atomic.Bool // the downloads began: every file was created
+	res, err := RestoreLatest(ctx, s, 0, dir, RestoreOptions{Backoff: noWait, Progress: func(int64, int64) { progressed.Store(true) }})
+	if !errors.Is(err, context.Canceled) || res != nil {
+		t.Fatalf("RestoreLatest = %+v, %v; want context.Canceled and no result", res, err)
+	}
+	if progressed.Load() {
+		t.Error("the restore went on creating every file after the stop")
+	}
+	if n := chunkGets.Load(); n != 0 {
+		t.Errorf("%d chunks fetched after the stop", n)
+	}
+	checkTree(t, dir, tree{})
+}

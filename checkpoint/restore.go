@@ -296,7 +296,10 @@ func restoreManifest(ctx context.Context, s storage.Store, m *Manifest, dir stri
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	if err := reserveFiles(tmp, m.Files); err != nil {
+	if err := reserveFiles(ctx, tmp, m.Files); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
 		return writeFailed(err)
 	}
 
@@ -409,10 +412,14 @@ const reserveMin = fetchBuffer
 
 // reserveFiles creates every file of the snapshot under tmp, one at a time,
 // with its final size reserved (reserve) from reserveMin bytes up. Empty
-// files are complete then: they get their mode and are synced.
-func reserveFiles(tmp string, files []File) error {
+// files are complete then: they get their mode and are synced. It stops
+// when ctx ends (creating many files on a slow disk takes a while).
+func reserveFiles(ctx context.Context, tmp string, files []File) error {
 	made := map[string]bool{}
 	for _, mf := range files {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		p := filepath.Join(tmp, filepath.FromSlash(mf.Path))
 		if d := filepath.Dir(p); !made[d] {
 			if err := os.MkdirAll(d, 0o755); err != nil {
