@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -99,19 +101,35 @@ func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro ran
 	pr := newProgress(progressTo, log, interval)
 	res, err := checkpoint.RestoreLatest(ctx, s, ro.rank, dir, checkpoint.RestoreOptions{WorldSize: ro.worldSize, Workers: workers, Log: log, Progress: pr.update})
 	pr.stop()
-	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
-		log.Info("resume.fresh_start", "store", s.String(), "reason", err.Error())
+	if res != nil {
+		for _, f := range res.Fallbacks {
+			log.Warn("resume.fallback", "skipped_step", f.Step, "why", f.Err.Error())
+		}
+	}
+	switch {
+	case errors.Is(err, checkpoint.ErrNothingRestorable):
+		// Failing the start would fail every retry the same way and wedge
+		// the Job: the trainer starts fresh, loudly. Nothing in the store
+		// is deleted to make room for the new run's checkpoints.
+		hint := "see each resume.fallback line; the steps stay in the store"
+		if errors.Is(err, checkpoint.ErrTooBig) || errors.Is(err, syscall.ENOSPC) {
+			hint = "make --dir's volume larger; the steps stay in the store"
+		}
+		log.Warn("resume.fresh_start", "store", s.String(), "reason", err.Error(), "hint", hint)
 		_ = os.Remove(filepath.Join(dir, resumeFile))
 		return nil, nil
-	}
-	if errors.Is(err, syscall.ENOSPC) {
-		return nil, fmt.Errorf("restore from %s into %s: %w; the checkpoint needs more space than the volume has: make --dir's volume larger (nothing there was changed)", s, dir, err)
-	}
-	if err != nil {
+	case errors.Is(err, checkpoint.ErrNoCheckpoint):
+		if other := otherWorldSizes(ctx, s, ro.worldSize); other != "" {
+			log.Warn("resume.fresh_start", "store", s.String(), "reason", "no complete checkpoint for world size "+strconv.Itoa(ro.worldSize),
+				"complete_for_world_sizes", other,
+				"hint", "run with the world size those steps were saved with (--world-size), or start this world size fresh on purpose with --restore never")
+		} else {
+			log.Info("resume.fresh_start", "store", s.String(), "reason", err.Error())
+		}
+		_ = os.Remove(filepath.Join(dir, resumeFile))
+		return nil, nil
+	case err != nil:
 		return nil, fmt.Errorf("restore from %s into %s: %w", s, dir, err)
-	}
-	for _, f := range res.Fallbacks {
-		log.Warn("resume.fallback", "skipped_step", f.Step, "why", f.Err.Error())
 	}
 	r := &resume{Dir: filepath.Join(dir, commonDir(res.Manifest)), Step: res.Step, ID: res.Manifest.ID}
 	for _, f := range res.Manifest.Files {
@@ -449,4 +467,24 @@ func localResume(dir string, l watch.Ready, log *slog.Logger) *resume {
 		log.Warn("resume.write_file_failed", "err", err)
 	}
 	return r
+}
+
+// otherWorldSizes lists the world sizes other than worldSize that the
+// store holds complete steps for ("2 (newest step 5031), 4 (...)"), or "".
+func otherWorldSizes(ctx context.Context, s storage.Store, worldSize int) string {
+	snaps, err := checkpoint.List(ctx, s)
+	if err != nil {
+		return ""
+	}
+	newest := map[int]int64{}
+	for _, sn := range snaps {
+		if sn.Complete && sn.WorldSize != worldSize {
+			newest[sn.WorldSize] = max(newest[sn.WorldSize], sn.Step)
+		}
+	}
+	var parts []string
+	for _, n := range slices.Sorted(maps.Keys(newest)) {
+		parts = append(parts, fmt.Sprintf("%d (newest step %d)", n, newest[n]))
+	}
+	return strings.Join(parts, ", ")
 }
