@@ -54,10 +54,14 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "lifeboat restore: create --dir %s: %v\n", o.dir, err)
 		return 1
 	}
+	if removed, err := checkpoint.RemoveStaleRestores(o.dir); len(removed) > 0 || err != nil {
+		log.Info("resume.stale_removed", "dir", o.dir, "entries", removed, "err", err,
+			"why", "left by a restore that was killed before it could clean up")
+	}
 	ctx, started := startup.during(ctx, nil)
 	defer started()
 	stopped := func(phase string, err error) (int, bool) {
-		return stoppedDuringStartup(startup, phase, err, log, "", false, supervisor.DefaultPreemptExitCode)
+		return stoppedDuringStartup(startup, phase, err, log, kubeTerminationLog, false, supervisor.DefaultPreemptExitCode)
 	}
 	s, err := o.store.open(ctx)
 	if code, ok := stopped("store open", err); ok {

@@ -47,7 +47,7 @@ func newRunFlags(o *runOptions, w io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.childOnly, "signal-child-only", false, "send signals to the direct child only, not its process group")
 	fs.StringVar(&o.preemptExitCode, "preempt-exit-code", strconv.Itoa(supervisor.DefaultPreemptExitCode),
 		"exit code when stopped by a signal and the trainer exited 0; \"child\" keeps the trainer's")
-	fs.StringVar(&o.terminationLog, "termination-log", "/dev/termination-log",
+	fs.StringVar(&o.terminationLog, "termination-log", kubeTerminationLog,
 		"file that gets one line saying why lifeboat stopped (the default is written only if it exists)")
 	o.common.register(fs)
 	fs.DurationVar(&o.maxRuntime, "max-runtime", 0, "stop the trainer as on preemption after this long, e.g. 72h (0: no limit)")
@@ -103,7 +103,7 @@ func (o *runOptions) config() (supervisor.Config, error) {
 		return cfg, fmt.Errorf("--restart (LIFEBOAT_RESTART) is %q; use never or on-failure", o.restart)
 	}
 	cfg.TerminationLog = o.terminationLog
-	cfg.TerminationLogCreate = o.terminationLog != "/dev/termination-log"
+	cfg.TerminationLogCreate = o.terminationLog != kubeTerminationLog
 	return cfg, cfg.Validate()
 }
 

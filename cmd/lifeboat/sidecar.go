@@ -58,7 +58,7 @@ func sidecarCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	defer started()
 	o.checkpoint.sidecar = true
 	p, err := newPipeline(ctx, &o.store, &o.checkpoint, o.ranks, log, stderr)
-	if code, stopped := stoppedDuringStartup(startup, "store open", err, log, "", false, supervisor.DefaultPreemptExitCode); stopped {
+	if code, stopped := stoppedDuringStartup(startup, "store open", err, log, kubeTerminationLog, false, supervisor.DefaultPreemptExitCode); stopped {
 		return code
 	}
 	if err != nil {

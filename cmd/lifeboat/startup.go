@@ -159,6 +159,10 @@ func stoppedDuringStartup(e *earlySignals, phase string, err error, log *slog.Lo
 	return code, true
 }
 
+// kubeTerminationLog is where Kubernetes reads why a container stopped;
+// commands without --termination-log write it when it exists.
+const kubeTerminationLog = "/dev/termination-log"
+
 // writeTerminationLog writes msg as one line where Kubernetes reads why a
 // container stopped; the file is created only when create is set
 // (otherwise only an existing /dev/termination-log is written).

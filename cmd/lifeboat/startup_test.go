@@ -72,6 +72,24 @@ func TestStopWhileOpeningTheStore(t *testing.T) {
 			stopDuringStartup(t, p, termLog, "", started)
 		})
 	}
+	// The sidecar and the init container's restore likewise.
+	for _, cmd := range []string{"sidecar", "restore"} {
+		t.Run(cmd, func(t *testing.T) {
+			u, _ := url.Parse(m.Endpoint)
+			proxy := newFaultProxy(t, u.Host)
+			proxy.set("hang")
+			env := []string{"AWS_ENDPOINT_URL=http://" + proxy.ln.Addr().String(), "AWS_ACCESS_KEY_ID=" + m.AccessKey,
+				"AWS_SECRET_ACCESS_KEY=" + m.SecretKey, "AWS_REGION=us-east-1"}
+			p := startEnv(t, "plain", env, cmd, "--store", "s3://lifeboat-startup/job", "--dir", filepath.Join(t.TempDir(), "ckpt"))
+			waitFor(t, p, func() bool {
+				proxy.mu.Lock()
+				defer proxy.mu.Unlock()
+				return len(proxy.conns) > 0
+			})
+			p.signal(syscall.SIGTERM)
+			stopDuringStartup(t, p, "", "", "")
+		})
+	}
 }
 
 // TestStopWhileRestoring: SIGTERM in the middle of restoring a checkpoint
@@ -120,6 +138,26 @@ func TestStopWhileRestoring(t *testing.T) {
 			stopDuringStartup(t, p, termLog, dir, started)
 		})
 	}
+	t.Run("restore", func(t *testing.T) {
+		u, _ := url.Parse(m.Endpoint)
+		proxy := newFaultProxy(t, u.Host)
+		proxy.set("slow")
+		dir := filepath.Join(t.TempDir(), "ckpt")
+		env := append([]string{}, direct...)
+		env[0] = "AWS_ENDPOINT_URL=http://" + proxy.ln.Addr().String()
+		p := startEnv(t, "plain", env, "restore", "--store", store, "--dir", dir)
+		waitFor(t, p, func() bool {
+			ents, _ := os.ReadDir(dir)
+			for _, e := range ents {
+				if strings.HasPrefix(e.Name(), ".lifeboat-restore-") {
+					return true
+				}
+			}
+			return false
+		})
+		p.signal(syscall.SIGTERM)
+		stopDuringStartup(t, p, "", dir, "")
+	})
 }
 
 // TestStaleRestoreRemoved: what an earlier restore killed outright (by
