@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # checkpoint.sh: lifeboat's checkpoint path next to mc, against one local
-# MinIO server, in one run (issue #7).
+# MinIO server, in one run.
 #
 #   bench/checkpoint.sh            # from the repository root, as root
 #
@@ -13,7 +13,9 @@
 #   2. re-upload of an unchanged checkpoint (checkpoint.Uploader on
 #      storage/s3): bytes moved and time against the first upload;
 #   3. verified `lifeboat restore` into an empty directory against `mc cp`
-#      of the same bytes to local disk, page cache dropped before each.
+#      of the same bytes to local disk, page cache dropped before each;
+#   4. the cost of the format checks: 64 state_dict-shaped pickles uploaded
+#      with the checks on and off, and the checks alone over the same bytes.
 # Peak RSS is from /usr/bin/time -v. Environment:
 #   RUNS=N          runs of each measurement (default 3)
 #   SIZE=BYTES      checkpoint size (default 1073741824)

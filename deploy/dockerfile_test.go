@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// paddleBase is the Paddle image the issue names as the default base.
+// paddleBase is images/paddle's default base image.
 const paddleBase = "registry.baidubce.com/paddlepaddle/paddle:2.6-gpu-cuda11.8-cudnn8"
 
 // dockerfile is the part of a Dockerfile these tests check.

@@ -1,6 +1,6 @@
 package main
 
-// The crash-consistency test (issues #5 and #7): lifeboat is SIGKILLed at
+// The crash-consistency test: lifeboat is SIGKILLed at
 // random moments of an upload and commit, and the trainer is SIGKILLed in
 // the middle of writing the new checkpoint, many times, and every time a
 // restore afterwards yields one whole checkpoint, never a mix or a cut file.

@@ -25,7 +25,7 @@ func pickleBytes(data []byte) []byte {
 // whole, was saved into the volume afterwards and never uploaded (the
 // upload failed at the last preemption). The next start keeps it (never
 // restores the older one over it), resumes from it, and uploads it.
-// Before the fix the store's older file silently replaced it.
+// Without the rule the store's older file would silently replace it.
 func TestNewerLocalCheckpointKept(t *testing.T) {
 	for _, sk := range storeKinds() {
 		t.Run(sk.name, func(t *testing.T) {

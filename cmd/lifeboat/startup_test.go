@@ -46,9 +46,9 @@ func stopDuringStartup(t *testing.T, p *lb, termLog, dir, started string) {
 }
 
 // TestStopWhileOpeningTheStore: SIGTERM while lifeboat waits for a store
-// that does not answer. Before the fix the signal killed lifeboat with
-// Go's default (exit 2 as PID 1, nothing logged), which the shipped Job
-// maps to a failed Job.
+// that does not answer. Uncaught, the signal would kill lifeboat with Go's
+// default (exit 2 as PID 1, nothing logged), which the shipped Job maps to
+// a failed Job.
 func TestStopWhileOpeningTheStore(t *testing.T) {
 	m := testenv.RequireMinIO(t)
 	for _, mode := range modes {
@@ -94,8 +94,8 @@ func TestStopWhileOpeningTheStore(t *testing.T) {
 
 // TestStopWhileRestoring: SIGTERM in the middle of restoring a checkpoint
 // over a slow link. The restore is cancelled, its preallocated files are
-// removed, and lifeboat exits as a preemption. Before the fix it was
-// killed by the signal and left a full-size .lifeboat-restore-* behind.
+// removed, and lifeboat exits as a preemption, instead of being killed by
+// the signal with a full-size .lifeboat-restore-* left behind.
 func TestStopWhileRestoring(t *testing.T) {
 	m := testenv.RequireMinIO(t)
 	b := make([]byte, 5)
