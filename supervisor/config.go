@@ -98,9 +98,15 @@ type Config struct {
 	// OnStop, when set, is told when a stop begins or its deadline moves:
 	// the end of the grace budget (metrics show the budget left).
 	OnStop func(end time.Time)
-	// OnRestart, when set, is told of each restart and why: "exit_code" or
-	// "signal".
+	// OnRestart, when set, is told of each restart and why: "oom" when the
+	// OOM killer killed the trainer (Memory counted the kill), "signal" for
+	// another signal, "exit_code" for a non-zero exit.
 	OnRestart func(reason string)
+	// OnStopSignal, when set, is told of each stop signal received (one of
+	// StopSignals: the kubelet's TERM is the pod's preemption notice),
+	// before it is forwarded. Notices and MaxRuntime are not signals
+	// received and are not reported here.
+	OnStopSignal func(sig unix.Signal)
 
 	// Memory, when set, puts the trainer in its own memory cgroup and
 	// counts OOM kills there (limits/memory in production).

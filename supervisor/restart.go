@@ -90,7 +90,10 @@ func (l *loop) startAgain(extra []string) {
 	l.killedAt = time.Time{}
 	if l.cfg.OnRestart != nil {
 		reason := "exit_code"
-		if l.childStatus.Signaled() {
+		switch {
+		case l.oomKilled:
+			reason = "oom"
+		case l.childStatus.Signaled():
 			reason = "signal"
 		}
 		l.cfg.OnRestart(reason)

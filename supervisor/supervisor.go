@@ -299,14 +299,20 @@ func (l *loop) stopTimers() {
 // rewrite is set) and starts the grace budget, ending at end when that is
 // set and earlier than the usual end.
 func (l *loop) stopWith(sig unix.Signal, rewrite bool, reason string, end time.Time) {
-	if !l.childDone {
-		rw := l.cfg.Rewrite
-		if !rewrite {
-			rw = nil
-		}
-		signals.Deliver(l.target, rw, l.cfg.Kill, sig, l.cfg.Log)
+	rw := l.cfg.Rewrite
+	if !rewrite {
+		rw = nil
 	}
-	l.startStop(0, reason, end)
+	l.startStop(0, l.deliver(sig, rw), reason, end)
+}
+
+// deliver sends sig, rewritten by rw, to the trainer while it runs. It
+// returns the signal sent, or 0 when none reached it.
+func (l *loop) deliver(sig unix.Signal, rw signals.Rewrite) unix.Signal {
+	if l.childDone || !signals.Deliver(l.target, rw, l.cfg.Kill, sig, l.cfg.Log) {
+		return 0
+	}
+	return rw.Apply(sig)
 }
 
 // signal handles one received signal. Signals that are not Forwardable
@@ -320,11 +326,12 @@ func (l *loop) signal(sig unix.Signal) {
 	if sig == unix.SIGINT {
 		l.ints++
 	}
-	if !l.childDone {
-		signals.Deliver(l.target, l.cfg.Rewrite, l.cfg.Kill, sig, l.cfg.Log)
-	}
+	sent := l.deliver(sig, l.cfg.Rewrite)
 	if slices.Contains(l.cfg.StopSignals, sig) {
-		l.startStop(sig, "SIG"+signals.Name(sig), time.Time{})
+		if l.cfg.OnStopSignal != nil {
+			l.cfg.OnStopSignal(sig)
+		}
+		l.startStop(sig, sent, "SIG"+signals.Name(sig), time.Time{})
 	}
 	if sig != unix.SIGINT || l.ints < 2 {
 		return
@@ -344,10 +351,11 @@ func (l *loop) signal(sig unix.Signal) {
 // trainer's tree is SIGKILLed at its end less the final upload's reserve.
 // Later stops do not move the end, unless they bring it forward (a
 // preemption notice with an earlier deadline). sig is the signal received,
-// 0 when the stop had another cause; end, when set, is the budget's end.
+// 0 when the stop had another cause; sent is the signal the trainer was
+// sent for it, 0 when none reached it; end, when set, is the budget's end.
 // After the trainer's tree is gone (backoff, restarting, flushing) the
 // budget bounds the hook in flight and the final flush instead.
-func (l *loop) startStop(sig unix.Signal, reason string, end time.Time) {
+func (l *loop) startStop(sig, sent unix.Signal, reason string, end time.Time) {
 	now := time.Now()
 	if end.IsZero() || end.After(now.Add(l.cfg.Grace)) {
 		end = now.Add(l.cfg.Grace)
@@ -364,15 +372,12 @@ func (l *loop) startStop(sig unix.Signal, reason string, end time.Time) {
 	if l.cfg.OnStop != nil {
 		l.cfg.OnStop(end)
 	}
-	delivered := "none"
-	if sig != 0 && !l.childDone {
-		delivered = signals.Name(l.cfg.Rewrite.Apply(sig))
-	}
+	received, delivered := signalName(sig), signalName(sent)
 	grace := end.Sub(now)
 	if l.phase != phaseRunning {
 		// The tree is gone: the whole budget is the final upload's.
 		l.boundHook(end.Add(-ExitMargin), "the grace period")
-		l.cfg.Log.Info("supervisor.stopping", "reason", reason, "signal", signals.Name(sig), "delivered", delivered,
+		l.cfg.Log.Info("supervisor.stopping", "reason", reason, "signal", received, "delivered", delivered,
 			"phase", l.phase.String(),
 			"budget", fmt.Sprintf("grace %s, all of it for the final upload (the trainer's tree is gone)", grace.Round(time.Millisecond)),
 			"deadline", end.Format(time.RFC3339Nano))
@@ -392,11 +397,19 @@ func (l *loop) startStop(sig unix.Signal, reason string, end time.Time) {
 	case l.killedAt.IsZero():
 		l.kill.set(budget)
 	}
-	l.cfg.Log.Info("supervisor.stopping", "reason", reason, "signal", signals.Name(sig), "delivered", delivered,
+	l.cfg.Log.Info("supervisor.stopping", "reason", reason, "signal", received, "delivered", delivered,
 		"phase", l.phase.String(),
 		"budget", fmt.Sprintf("grace %s = trainer %s + final upload reserve %s (%s)", grace.Round(time.Millisecond), budget.Round(time.Millisecond), reserve.Round(time.Millisecond), why),
 		"kill_at", now.Add(budget).Format(time.RFC3339Nano),
 		"deadline", end.Format(time.RFC3339Nano))
+}
+
+// signalName names sig for the log: "none" for 0.
+func signalName(sig unix.Signal) string {
+	if sig == 0 {
+		return "none"
+	}
+	return signals.Name(sig)
 }
 
 // armDeadline starts the grace timer for leftovers when no stop started one.
@@ -494,6 +507,12 @@ func (l *loop) descendants() []int {
 // repeats while new processes appear (a fork racing the kill), then gives
 // the killed processes killWait to be reaped: PID 1 must never hang on one
 // in uninterruptible sleep.
+//
+// supervisor.killed counts the processes that were alive and got the
+// SIGKILL, each once. The tree is listed before the group is killed, and a
+// listed process stays there (a zombie at worst) until this loop reaps it,
+// so every one of them is still there to be sent its own SIGKILL and
+// counted; later rounds only kill processes not sent one before.
 func (l *loop) killTree() {
 	if l.cfg.BeforeKill != nil {
 		l.cfg.BeforeKill()
@@ -501,24 +520,23 @@ func (l *loop) killTree() {
 	l.killedAt = time.Now()
 	l.kill.stop()
 	l.killWait.set(killWait)
+	left := l.descendants()
 	if !l.childDone {
 		if err := l.cfg.Kill(-l.target.Pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
 			l.cfg.Log.Warn("supervisor.kill_failed", "pgid", l.target.Pid, "err", err)
 		}
 	}
-	killed := 0
-	for round := 0; round < 10; round++ {
-		left := l.descendants()
-		if len(left) == 0 {
-			break
-		}
+	sent, killed := map[int]bool{}, 0
+	for round := 0; round < 10 && len(left) > 0; round++ {
 		for _, pid := range left {
+			sent[pid] = true
 			if err := l.cfg.Kill(pid, unix.SIGKILL); err == nil {
 				killed++
 			} else if !errors.Is(err, unix.ESRCH) {
 				l.cfg.Log.Warn("supervisor.kill_failed", "pid", pid, "err", err)
 			}
 		}
+		left = slices.DeleteFunc(l.descendants(), func(pid int) bool { return sent[pid] })
 	}
 	l.cfg.Log.Warn("supervisor.killed", "processes", killed)
 }
