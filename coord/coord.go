@@ -1,0 +1,477 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lifeboat-project/lifeboat/storage"
+)
+
+// DefaultInterval is how often the store is asked for stop records.
+const DefaultInterval = 2 * time.Second
+
+// DefaultClockSkew is how far the nodes' clocks may disagree: a stop
+// record written up to this long before a lifeboat started still stops
+// it.
+const DefaultClockSkew = time.Second
+
+// keepEarlier is how long before rank 0's start a record must have been
+// written for rank 0 to delete it.
+const keepEarlier = time.Minute
+
+// Config says which rank this lifeboat is and how it watches.
+type Config struct {
+	Store           storage.Store
+	Rank, WorldSize int
+	Host            string // the pod's name, for the record
+	// Interval is the period of the one LIST that watches for stops (and,
+	// during a stop, of the step agreement's requests). Positive.
+	Interval time.Duration
+	// Started is when this lifeboat started (before the store was opened
+	// and the checkpoint restored).
+	Started time.Time
+	// ClockSkew: see DefaultClockSkew. Zero means the default.
+	ClockSkew time.Duration
+	// Dir is the trainer's checkpoint directory, which holds StopFile and
+	// StepRequestFile; empty for none.
+	Dir string
+	// StepWait bounds the wait for every rank's step, from the start of
+	// this rank's stop (see the package doc). Default 10s.
+	StepWait time.Duration
+	// RequestTimeout bounds each store request. Default twice Interval,
+	// at least 2s and at most 30s.
+	RequestTimeout time.Duration
+	// FilePoll is how often StepRequestFile is read during a stop.
+	// Default 50ms.
+	FilePoll time.Duration
+	Log      *slog.Logger
+	Now      func() time.Time // default time.Now
+}
+
+// Validate reports what is wrong with c.
+func (c *Config) Validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("coord: no store")
+	case c.Interval <= 0:
+		return fmt.Errorf("coord: interval %s is not positive", c.Interval)
+	case c.WorldSize < 1 || c.Rank < 0 || c.Rank >= c.WorldSize:
+		return fmt.Errorf("coord: rank %d of world size %d", c.Rank, c.WorldSize)
+	case c.Started.IsZero():
+		return errors.New("coord: no start time")
+	}
+	return nil
+}
+
+func (c *Config) setDefaults() {
+	if c.ClockSkew == 0 {
+		c.ClockSkew = DefaultClockSkew
+	}
+	if c.StepWait == 0 {
+		c.StepWait = 10 * time.Second
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = min(max(2*c.Interval, 2*time.Second), 30*time.Second)
+	}
+	if c.FilePoll == 0 {
+		c.FilePoll = 50 * time.Millisecond
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+type phase int
+
+const (
+	watching phase = iota // no stop yet
+	stopping              // this rank is stopping; the step is not agreed
+	agreed                // the step is agreed (or no trainer asked and nothing is left to do)
+)
+
+// local is a stop that began on this rank.
+type local struct {
+	reason   string
+	deadline time.Time
+	at       time.Time
+}
+
+// Coordinator writes this rank's stop record and watches for the other
+// ranks'. Begin, Peer and Joined are safe for concurrent use; Run owns the
+// rest.
+type Coordinator struct {
+	cfg   Config
+	begin chan local
+	once  sync.Once
+	peer  chan Stop
+
+	mu     sync.Mutex
+	joined *Stop
+
+	// Run's own.
+	phase     phase
+	since     time.Time // when this rank's stop began
+	own       Stop      // this rank's record; ID empty if none
+	ownStored bool
+	job       Stop // the job-wide stop: the lowest record known
+	req       int64
+	hasReq    bool
+	published string // the report key stored
+	warned    map[string]bool
+}
+
+// New checks cfg and removes the files an earlier run left in cfg.Dir
+// (the trainer must not take an old stop for a new one).
+func New(cfg Config) (*Coordinator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	if cfg.Dir != "" {
+		if err := removeStale(cfg.Dir); err != nil {
+			return nil, fmt.Errorf("coord: remove an earlier run's stop files: %w", err)
+		}
+	}
+	return &Coordinator{cfg: cfg, begin: make(chan local, 1), peer: make(chan Stop, 1), warned: map[string]bool{}}, nil
+}
+
+// Begin says a stop began on this rank (a signal, a cloud notice, the
+// maximum runtime), why, and when its grace budget ends. Only the first
+// call counts; it never blocks. A stop this rank began because it saw
+// another rank's record is not written again.
+func (c *Coordinator) Begin(reason string, deadline time.Time) {
+	c.once.Do(func() { c.begin <- local{reason: reason, deadline: deadline, at: c.cfg.Now()} })
+}
+
+// Peer delivers the other rank's stop that this rank must follow; at
+// most one.
+func (c *Coordinator) Peer() <-chan Stop { return c.peer }
+
+// Joined returns the job-wide stop this lifeboat took part in (its own
+// record, or the one it followed), and whether there was one.
+func (c *Coordinator) Joined() (Stop, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.joined == nil {
+		return Stop{}, false
+	}
+	return *c.joined, true
+}
+
+func (c *Coordinator) setJoined(s Stop) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.joined = &s
+}
+
+// Run watches and writes until ctx ends. Rank 0 first deletes an earlier
+// run's records, beside the watching.
+func (c *Coordinator) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if c.cfg.Rank == 0 {
+		wg.Go(func() { c.cleanup(ctx) })
+	}
+	tick := time.NewTicker(c.cfg.Interval)
+	defer tick.Stop()
+	poll := time.NewTicker(c.cfg.FilePoll)
+	poll.Stop()
+	defer poll.Stop()
+	var polling <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case l := <-c.begin:
+			c.beginLocal(ctx, l)
+		case <-tick.C:
+			c.tick(ctx)
+		case <-polling:
+			c.readRequest(ctx)
+		}
+		switch {
+		case c.phase == stopping && c.cfg.Dir != "" && polling == nil:
+			poll.Reset(c.cfg.FilePoll)
+			polling = poll.C
+			c.readRequest(ctx)
+		case c.phase == agreed && polling != nil:
+			poll.Stop()
+			polling = nil
+		}
+	}
+}
+
+func (c *Coordinator) tick(ctx context.Context) {
+	if c.phase == watching {
+		c.watch(ctx)
+		return
+	}
+	if c.own.ID != "" && !c.ownStored {
+		c.writeOwn(ctx)
+	}
+	if c.phase == stopping && c.hasReq {
+		c.agree(ctx)
+	}
+}
+
+// valid returns the ids that count for this lifeboat, oldest first: see
+// the package doc.
+func (c *Coordinator) valid(ids []string) []string {
+	cut := c.cfg.Started.Add(-c.cfg.ClockSkew)
+	var out []string
+	for _, id := range ids {
+		t, rank, ok := parseStopID(id)
+		if !ok || t.Before(cut) || rank == c.cfg.Rank && id != c.own.ID {
+			continue
+		}
+		out = append(out, id)
+	}
+	return out
+}
+
+// watch is one look for another rank's stop.
+func (c *Coordinator) watch(ctx context.Context) {
+	ids, err := c.listStops(ctx)
+	if err != nil {
+		return
+	}
+	valid := c.valid(ids)
+	if len(valid) == 0 {
+		return
+	}
+	s := c.readStop(ctx, valid[0])
+	now := c.cfg.Now()
+	c.phase, c.since, c.job = stopping, now, s
+	c.setJoined(s)
+	c.cfg.Log.Warn("coord.stop_seen", "id", s.ID, "from_rank", s.Rank, "host", s.Host, "reason", s.Reason,
+		"age", now.Sub(s.Written).Round(time.Millisecond).String(),
+		"effect", "stopping as on preemption: the trainer gets the notice signal and this rank's own grace")
+	c.writeStopFile(nil)
+	c.peer <- s // buffered, and sent once
+}
+
+// readStop reads the record id, or makes one from its name when it
+// cannot be read.
+func (c *Coordinator) readStop(ctx context.Context, id string) Stop {
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	s, err := read(rctx, c.cfg.Store, id)
+	if c.failed("read stop", err) || s.ID != id {
+		t, rank, _ := parseStopID(id)
+		return Stop{ID: id, Rank: rank, Written: t, Reason: "unknown (the stop record could not be read)"}
+	}
+	return s
+}
+
+func (c *Coordinator) listStops(ctx context.Context) ([]string, error) {
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	ids, err := listStops(rctx, c.cfg.Store)
+	if c.failed("list stops", err) {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// beginLocal starts this rank's own stop: the stop file, then the record.
+func (c *Coordinator) beginLocal(ctx context.Context, l local) {
+	if c.phase != watching {
+		return // following another rank's stop already
+	}
+	c.phase, c.since = stopping, l.at
+	c.own = Stop{ID: StopID(l.at, c.cfg.Rank), Rank: c.cfg.Rank, Host: c.cfg.Host, Reason: l.reason, Written: l.at, Deadline: l.deadline}
+	c.job = c.own
+	c.setJoined(c.own)
+	c.writeStopFile(nil)
+	c.writeOwn(ctx)
+}
+
+func (c *Coordinator) writeOwn(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	_, err := Write(rctx, c.cfg.Store, c.own)
+	if errors.Is(err, storage.ErrExists) {
+		err = nil // an earlier try stored it and its answer was lost
+	}
+	if c.failed("write stop", err) {
+		return
+	}
+	c.ownStored = true
+	c.cfg.Log.Info("coord.stop_written", "id", c.own.ID, "rank", c.own.Rank, "host", c.own.Host, "reason", c.own.Reason,
+		"deadline", c.own.Deadline.Format(time.RFC3339Nano), "effect", "every other rank stops too")
+}
+
+// readRequest reads the trainer's step request and, when it is new,
+// works on the agreement at once.
+func (c *Coordinator) readRequest(ctx context.Context) {
+	if c.phase != stopping {
+		return
+	}
+	r, ok, err := readRequest(c.cfg.Dir)
+	if err != nil {
+		if !c.warned["step request"] {
+			c.warned["step request"] = true
+			c.cfg.Log.Warn("coord.bad_step_request", "err", err, "effect", "ignored until it holds a step")
+		}
+		return
+	}
+	if !ok || c.hasReq && r.Step == c.req {
+		return
+	}
+	c.req, c.hasReq = r.Step, true
+	c.cfg.Log.Info("coord.stop_step_asked", "step", r.Step, "id", c.job.ID)
+	c.agree(ctx)
+}
+
+// agree publishes the trainer's step under the job-wide stop and decides
+// the step every rank saves when it can: see the package doc.
+func (c *Coordinator) agree(ctx context.Context) {
+	if ids, err := c.listStops(ctx); err == nil {
+		if v := c.valid(ids); len(v) > 0 && v[0] < c.job.ID {
+			c.job = c.readStop(ctx, v[0]) // a lower record: another rank stopped first
+			c.writeStopFile(nil)
+		}
+	}
+	id := c.job.ID
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	if key := reportKey(id, c.cfg.Rank, c.req); key != c.published {
+		err := putJSON(rctx, c.cfg.Store, key, StepRequest{Step: c.req}, false)
+		if !c.failed("publish step", err) {
+			c.published = key
+		}
+	}
+	waited := c.cfg.Now().Sub(c.since)
+	alone := Agreed{Step: c.req + 1, Rank: c.cfg.Rank, Reported: 1, WorldSize: c.cfg.WorldSize, How: "alone: the store did not answer"}
+	st, err := listSteps(rctx, c.cfg.Store, id)
+	if c.failed("list steps", err) {
+		if waited >= 2*c.cfg.StepWait {
+			c.finish(alone, id)
+		}
+		return
+	}
+	if st.agreed {
+		var a Agreed
+		if err := getJSON(rctx, c.cfg.Store, agreedKey(id), &a); !c.failed("read agreed step", err) {
+			c.finish(a, id)
+		} else if waited >= 2*c.cfg.StepWait {
+			c.finish(alone, id)
+		}
+		return
+	}
+	st.reports[c.cfg.Rank] = max(st.reports[c.cfg.Rank], c.req)
+	n, hi := 0, int64(0)
+	for rank, step := range st.reports {
+		if rank < c.cfg.WorldSize {
+			n++
+			hi = max(hi, step)
+		}
+	}
+	a := Agreed{Rank: c.cfg.Rank, Reported: n, WorldSize: c.cfg.WorldSize}
+	switch {
+	case n >= c.cfg.WorldSize:
+		a.Step, a.How = hi, "every rank asked"
+	case waited >= c.cfg.StepWait:
+		a.Step, a.How = hi+1, "not every rank asked in time"
+	default:
+		return
+	}
+	err = putJSON(rctx, c.cfg.Store, agreedKey(id), a, true)
+	if errors.Is(err, storage.ErrExists) {
+		err = getJSON(rctx, c.cfg.Store, agreedKey(id), &a)
+	}
+	if !c.failed("write agreed step", err) {
+		c.finish(a, id)
+	} else if waited >= 2*c.cfg.StepWait {
+		alone.Step = a.Step
+		c.finish(alone, id)
+	}
+}
+
+// finish tells the trainer the step.
+func (c *Coordinator) finish(a Agreed, id string) {
+	c.phase = agreed
+	args := []any{"step", a.Step, "id", id, "reported", a.Reported, "world_size", a.WorldSize, "how", a.How, "decided_by", a.Rank}
+	if a.How == "alone: the store did not answer" {
+		c.cfg.Log.Warn("coord.stop_step_alone", append(args, "effect", "the other ranks may save another step; one that is not saved by every rank is not complete")...)
+	} else {
+		c.cfg.Log.Info("coord.stop_step_agreed", args...)
+	}
+	c.writeStopFile(&a.Step)
+}
+
+// writeStopFile tells the trainer about the stop, and the step once
+// agreed.
+func (c *Coordinator) writeStopFile(step *int64) {
+	if c.cfg.Dir == "" {
+		return
+	}
+	s := c.job
+	info := StopInfo{ID: s.ID, FromRank: s.Rank, Host: s.Host, Reason: s.Reason, Written: s.Written, Deadline: s.Deadline, Step: step}
+	if err := writeFile(c.cfg.Dir, StopFile, info); err != nil && !c.warned["stop file"] {
+		c.warned["stop file"] = true
+		c.cfg.Log.Warn("coord.stop_file_failed", "err", err, "effect", "lifeboat.stop_requested() and stop_step() in the trainer do not see the stop")
+	}
+}
+
+// failed logs a failed store request once per streak, and its recovery.
+// It reports whether err is set.
+func (c *Coordinator) failed(op string, err error) bool {
+	if err == nil {
+		if c.warned[op] {
+			delete(c.warned, op)
+			c.cfg.Log.Info("coord.store_recovered", "op", op)
+		}
+		return false
+	}
+	if !c.warned[op] {
+		c.warned[op] = true
+		c.cfg.Log.Warn("coord.store_failed", "op", op, "err", err, "effect", "training goes on; retried every interval")
+	}
+	return true
+}
+
+// cleanup deletes the records and steps of earlier runs: those written
+// more than keepEarlier before this lifeboat started.
+func (c *Coordinator) cleanup(ctx context.Context) {
+	cut := c.cfg.Started.Add(-keepEarlier)
+	var keys []string
+	for _, prefix := range []string{StopPrefix, StepsPrefix} {
+		lctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+		err := c.cfg.Store.List(lctx, prefix, func(oi storage.ObjectInfo) error {
+			id, _, _ := strings.Cut(strings.TrimPrefix(oi.Key, prefix), "/")
+			id = strings.TrimSuffix(id, ".json")
+			if t, _, ok := parseStopID(id); ok && t.Before(cut) {
+				keys = append(keys, oi.Key)
+			}
+			return nil
+		})
+		cancel()
+		if err != nil {
+			c.cfg.Log.Warn("coord.cleanup_failed", "prefix", prefix, "err", err, "effect", "an earlier run's stop records stay; they never stop this run")
+			return
+		}
+	}
+	deleted := 0
+	for _, k := range keys {
+		dctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+		err := c.cfg.Store.Delete(dctx, k)
+		cancel()
+		if err != nil {
+			c.cfg.Log.Warn("coord.cleanup_failed", "key", k, "err", err, "effect", "an earlier run's stop records stay; they never stop this run")
+			return
+		}
+		deleted++
+	}
+	if deleted > 0 {
+		c.cfg.Log.Info("coord.cleaned", "deleted", deleted, "written_before", cut.Format(time.RFC3339))
+	}
+}

@@ -1,0 +1,67 @@
+// Package coord makes a stop job-wide: when one rank's lifeboat begins a
+// stop (SIGTERM, a cloud preemption notice, --max-runtime), every other
+// rank's lifeboat stops too, so that a trainer blocked in a collective
+// whose peer is gone is stopped at its own grace deadline instead of after
+// NCCL's timeout. It also lets the ranks agree on the one step they all
+// save before they exit (lifeboat.stop_step in the Python helper).
+//
+// The ranks talk only through the checkpoint store (storage.Store), under
+// the store's prefix:
+//
+//	coord/stop/<time>-rank-<R>.json           one stop record, create-only
+//	coord/steps/<stop id>/rank-<R>.step-<N>   rank R's trainer is at step N
+//	coord/steps/<stop id>/agreed.json         the step every rank saves, create-only
+//
+// A stop record's name starts with the time it was written (UTC, by the
+// writer's clock, fixed width), so names sort by time, and ends with the
+// writer's rank, so two ranks never write the same name. Its body says
+// who wrote it (rank, host), why (the reason), when, and the end of the
+// writer's grace budget.
+//
+// # Watching
+//
+// Each rank's Coordinator lists coord/stop/ once per Interval: one LIST
+// request, however many ranks there are. A record counts when it was
+// written by another rank no earlier than ClockSkew (default 1s) before
+// this lifeboat started. A record from an earlier run is older than that:
+// a gang restart (pods stopping, the Job's retry, scheduling and start-up)
+// takes longer than ClockSkew, so an old record never stops a new run; the
+// nodes' clocks must agree within ClockSkew (NTP keeps them within
+// milliseconds). A lifeboat that started before a record was written is
+// stopped by it even while it is still restoring its checkpoint: the
+// record's rank was preempted during this run. A record written by this
+// rank's own number but not by this lifeboat (a replaced pod's
+// predecessor) does not count: it is not a peer.
+//
+// Rank 0 deletes records written more than a minute before it started
+// (an earlier run's), so the listing stays one page. The minute leaves
+// every rank that was running then time to see a record written while
+// rank 0 was starting.
+//
+// # Agreeing on the step
+//
+// The job-wide stop's id is the first record's (the lowest name): two ranks
+// preempted at the same moment may both write one, and every rank then
+// reads the same lowest. When the trainer asks for the step (the helper
+// writes StepRequestFile into --dir), the Coordinator publishes it under
+// coord/steps/<id>/. When every rank's step is there, the agreed step is
+// their highest: every trainer is waiting at the end of its step, so none
+// has gone past it. When not every rank has answered after StepWait from
+// the start of this rank's stop, some rank's trainer is blocked in the
+// next step's collective (waiting for the ranks that stopped to ask): the
+// agreed step is then the highest published plus one, which every rank
+// can reach, since ranks in lockstep are at most one step apart. The first
+// rank to decide writes agreed.json create-only and every rank takes what
+// it holds, so all ranks get the same step. Without the store (it fails
+// until twice StepWait), a rank decides alone, and says so; a step that
+// differs between ranks is then not complete, and resume falls back to an
+// older one.
+//
+// The Coordinator writes StopFile into --dir when the stop begins on this
+// rank, and again with the step once it is agreed; the helper's
+// stop_requested() and stop_step() read it. Both files are named
+// ".lifeboat-..." and are never part of a checkpoint.
+//
+// No failure of the store disturbs training: a failed request is logged
+// once (WARN) and retried at the next Interval.
+package coord
