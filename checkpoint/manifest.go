@@ -25,6 +25,8 @@ const (
 	MaxPathLen      = 4096
 	MaxWorldSize    = 65536
 	maxProducerLen  = 256
+	// MaxGenerationLen bounds Manifest.Generation and Target.Generation.
+	MaxGenerationLen = 256
 )
 
 // ErrCorrupt marks data that cannot be a valid snapshot: a garbled or
@@ -49,11 +51,16 @@ type Manifest struct {
 	Revision int `json:"revision,omitempty"`
 	// Counter: the trainer did not number this checkpoint; it follows the
 	// named step Step (Target.Counter).
-	Counter   bool      `json:"counter,omitempty"`
-	Created   time.Time `json:"created"`    // when the upload started
-	Producer  string    `json:"producer"`   // "lifeboat <version>"
-	ChunkSize int64     `json:"chunk_size"` // the uploader's chunk size; informative
-	Files     []File    `json:"files"`      // sorted by Path, no duplicates
+	Counter bool `json:"counter,omitempty"`
+	// Generation names a job-wide save that every rank took part in
+	// (Target.Generation); empty when there was none. A multi-rank step
+	// whose ranks include a counter checkpoint is complete only when all
+	// its ranks carry the same non-empty generation (docs/FORMAT.md).
+	Generation string    `json:"generation,omitempty"`
+	Created    time.Time `json:"created"`    // when the upload started
+	Producer   string    `json:"producer"`   // "lifeboat <version>"
+	ChunkSize  int64     `json:"chunk_size"` // the uploader's chunk size; informative
+	Files      []File    `json:"files"`      // sorted by Path, no duplicates
 }
 
 // File is one regular file of a snapshot.
@@ -144,6 +151,9 @@ func (m *Manifest) validate() error {
 	if m.Revision < 0 || m.Revision > MaxRevision {
 		return fmt.Errorf("revision %d outside 0..%d", m.Revision, MaxRevision)
 	}
+	if err := checkGeneration(m.Generation); err != nil {
+		return err
+	}
 	if m.Created.IsZero() {
 		return errors.New("created time is missing")
 	}
@@ -189,6 +199,14 @@ func (m *Manifest) validate() error {
 				return fmt.Errorf("file %q is inside %q, which is a file", f.Path, dir)
 			}
 		}
+	}
+	return nil
+}
+
+// checkGeneration reports a save generation no manifest may carry.
+func checkGeneration(g string) error {
+	if len(g) > MaxGenerationLen || !utf8.ValidString(g) {
+		return fmt.Errorf("generation is not valid UTF-8 of at most %d bytes", MaxGenerationLen)
 	}
 	return nil
 }

@@ -10,11 +10,18 @@ import "fmt"
 // the trainer did name, which the checkpoint follows. It is committed as a
 // revision of that step like any other change to a committed step, so it
 // never takes a step number the trainer may use later.
+//
+// Generation, when set, names a job-wide save every rank took part in (the
+// ranks agreed on it, through the store): a counter checkpoint that carries
+// it can be paired with the other ranks' of the same generation. Without
+// it, a counter checkpoint of a job of several ranks never makes its step
+// complete (docs/FORMAT.md).
 type Target struct {
-	Step      int64
-	Rank      int
-	WorldSize int
-	Counter   bool
+	Step       int64
+	Rank       int
+	WorldSize  int
+	Counter    bool
+	Generation string
 }
 
 // Validate reports a target no manifest can name.
@@ -26,6 +33,9 @@ func (t Target) Validate() error {
 		return fmt.Errorf("checkpoint: world size %d outside 1..%d", t.WorldSize, MaxWorldSize)
 	case t.Rank < 0 || t.Rank >= t.WorldSize:
 		return fmt.Errorf("checkpoint: rank %d outside 0..%d", t.Rank, t.WorldSize-1)
+	}
+	if err := checkGeneration(t.Generation); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
 	}
 	return nil
 }

@@ -439,7 +439,7 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, targe
 
 	m := &Manifest{
 		Format: FormatVersion, ID: newID(), Step: target.Step, Rank: target.Rank, WorldSize: target.WorldSize,
-		Counter: target.Counter, Created: start.UTC(), Producer: cmp.Or(u.Producer, "lifeboat"), ChunkSize: int64(chunkSize),
+		Counter: target.Counter, Generation: target.Generation, Created: start.UTC(), Producer: cmp.Or(u.Producer, "lifeboat"), ChunkSize: int64(chunkSize),
 	}
 	res.Files = len(files)
 	for i, f := range files {
