@@ -15,8 +15,11 @@ import (
 type PruneOptions struct {
 	// Keep is how many of the newest restorable steps to keep (at least
 	// 1): complete, every rank's manifest decodes, and every chunk they
-	// name is stored with the size they say. Every step newer than the
-	// oldest kept one is kept too, complete, restorable or not.
+	// name is stored with the size they say. Newest means committed last
+	// (the newest Created of a step's ranks), of any world size, whatever
+	// the step number: a run started afresh commits lower steps than the
+	// run before it, and they are the newer work. Every step newer than
+	// the oldest kept one is kept too, complete, restorable or not.
 	Keep int
 	// SafetyWindow: a chunk no remaining manifest references is deleted
 	// only when it is older than this. It must be at least the Uploader's.
@@ -30,7 +33,7 @@ type PruneOptions struct {
 
 // PruneResult reports what Prune deleted (or, with DryRun, would delete).
 type PruneResult struct {
-	Kept []int64 // restorable steps kept, newest first
+	Kept []int64 // restorable steps kept, newest (committed last) first
 	// Unrestorable lists the complete steps newer than the oldest kept one
 	// that cannot be restored (a manifest that does not decode, chunks
 	// missing or of the wrong size), newest first: they count toward no
@@ -50,11 +53,13 @@ type PruneResult struct {
 	YoungUnreferenced int
 }
 
-// Prune keeps the opts.Keep newest restorable steps and deletes the steps
-// older than them: first the manifests of older steps (every revision), and the superseded
-// revisions of the steps it keeps once the revision above them is older
-// than the safety window, then the chunks that no remaining manifest
-// references and that are older than the safety window. Listing the
+// Prune keeps the opts.Keep newest restorable steps (committed last, of
+// any world size) and deletes the steps committed before them: first the
+// manifests of older steps (every revision), and the superseded revisions
+// of the steps it keeps once the revision above them is older than the
+// safety window, then the chunks that no remaining manifest references
+// and that are older than the safety window. It reads every rank's
+// highest manifest to tell when each step was committed. Listing the
 // manifests again after deleting, and the window, make it safe to run while
 // uploads and restores are in progress (docs/FORMAT.md). A manifest that
 // cannot be decoded protects no chunk. Which steps are restorable it tells
@@ -80,7 +85,15 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 	if err != nil {
 		return nil, err
 	}
+	if err := readGroups(ctx, s, groups, backoff); err != nil {
+		return nil, fmt.Errorf("checkpoint: prune: read manifests in %s: %w", s, err)
+	}
 	manifests := map[string]*Manifest{} // key -> decoded; nil when invalid
+	for _, g := range groups {
+		for r, oi := range g.keys {
+			manifests[oi.Key] = g.manifests[r]
+		}
+	}
 	read := func(key string) error {
 		if _, ok := manifests[key]; ok {
 			return nil
@@ -97,20 +110,25 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 		return nil, fmt.Errorf("checkpoint: prune: %w", err)
 	}
 	res := &PruneResult{}
-	var oldestKept int64 = -1
-	for _, g := range slices.Backward(groups) {
+	// Newest means committed last, whatever the step number: a run started
+	// afresh (another world size, or --restore never) commits lower steps
+	// than the run before it, and its steps are the newer work.
+	order := slices.Clone(groups)
+	newestFirst(order)
+	old := map[*stepGroup]bool{} // older than the oldest kept step, once Keep are kept
+	for i, g := range order {
 		if len(res.Kept) == opts.Keep {
+			for _, o := range order[i:] {
+				old[o] = true
+			}
 			break
 		}
-		if !g.complete() {
-			continue
-		}
 		var ms []*Manifest
-		for _, oi := range g.keys {
-			if err := read(oi.Key); err != nil {
-				return nil, err
-			}
-			if m := manifests[oi.Key]; m != nil {
+		switch v, _ := g.judge(); v {
+		case verdictMissing, verdictNotPaired:
+			continue // not complete: kept while newer than a kept step
+		case verdictComplete:
+			for _, m := range g.manifests {
 				ms = append(ms, m)
 			}
 		}
@@ -122,7 +140,6 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 			continue
 		}
 		res.Kept = append(res.Kept, g.step)
-		oldestKept = g.step
 	}
 	// deleted holds the manifests to delete, in order: for each rank, its
 	// lower revisions first, so that a reader never sees an older revision
@@ -130,7 +147,7 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 	var deleted []storage.ObjectInfo
 	enough := len(res.Kept) == opts.Keep
 	for _, g := range groups {
-		if enough && g.step < oldestKept {
+		if old[g] {
 			res.DeletedSteps = append(res.DeletedSteps, g.step)
 			// Rank 0 first: the step stops being complete with its
 			// highest revision.
@@ -161,8 +178,6 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 		}
 	}
 	res.DeletedSteps = slices.Compact(res.DeletedSteps)
-	// Unrestorable steps older than the oldest kept one go with the rest.
-	res.Unrestorable = slices.DeleteFunc(res.Unrestorable, func(step int64) bool { return enough && step < oldestKept })
 	if !enough && len(deleted) == 0 {
 		log.Info("checkpoint: prune: fewer complete steps than to keep; nothing to delete", "complete", len(res.Kept), "keep", opts.Keep)
 		return res, nil

@@ -41,7 +41,25 @@ type RestoreOptions struct {
 	// of its format makes the snapshot corrupt (ErrCorrupt), like a bad
 	// chunk: nothing is moved into place, and RestoreLatest falls back.
 	SkipFormatCheck bool
+	// AllRanks restores every rank's snapshot of the step, not only
+	// rank's, each under its own subdirectory: dir/RanksDir/RankDir(r)/,
+	// for formats that reshard on load (Paddle's save_state_dict with its
+	// metadata). RestoreLatest then takes the newest complete step of any
+	// world size (WorldSize is ignored): that is how a job that lost ranks
+	// loads the shards of every old rank. RanksDir then holds that step's
+	// ranks and nothing else.
+	AllRanks bool
 }
+
+// RanksDir is the directory, inside the directory restored into, that a
+// restore with RestoreOptions.AllRanks fills: RanksDir/rank-00000/...,
+// RanksDir/rank-00001/..., each rank's files at the paths it saved them
+// under. Its name starts with ".lifeboat-": lifeboat's watcher never takes
+// it for a checkpoint of the rank that restored it.
+const RanksDir = ".lifeboat-ranks"
+
+// RankDir is rank's subdirectory of RanksDir: "rank-00003".
+func RankDir(rank int) string { return fmt.Sprintf("rank-%05d", rank) }
 
 // Fallback records a snapshot RestoreLatest could not restore.
 type Fallback struct {
@@ -54,9 +72,16 @@ type RestoreResult struct {
 	Step     int64
 	Rank     int
 	Revision int // the revision of the step and rank restored: its highest
+	// Manifest is the restored snapshot's. With AllRanks it lists every
+	// rank's files, each path under its RankDir, with rank 0's id; the
+	// ranks' own manifests are in Ranks.
 	Manifest *Manifest
-	Files    int
-	Bytes    int64
+	Ranks    []*Manifest // with AllRanks: each rank's manifest, by rank
+	// Dir is the directory Manifest's paths are relative to: the one
+	// restored into, or its RanksDir with AllRanks.
+	Dir   string
+	Files int
+	Bytes int64
 	// Fallbacks lists newer complete steps RestoreLatest skipped, and why.
 	Fallbacks []Fallback
 }
@@ -88,31 +113,152 @@ type RestoreResult struct {
 // file that is not whole) wrap ErrCorrupt; a missing manifest wraps
 // storage.ErrNotExist; a snapshot that does not fit dir's volume wraps
 // ErrTooBig and ENOSPC (or EDQUOT).
+//
+// With opts.AllRanks it restores every rank's snapshot of step into
+// dir/RanksDir (see RestoreOptions.AllRanks); every rank must have a
+// manifest. Whether the ranks are one iteration is not checked: the step
+// is the caller's choice.
 func Restore(ctx context.Context, s storage.Store, step int64, rank int, dir string, opts RestoreOptions) (*RestoreResult, error) {
 	backoff := orDefaultBackoff(opts.Backoff)
+	if opts.AllRanks {
+		g, err := findStep(ctx, s, step, opts.WorldSize, backoff)
+		if err != nil {
+			return nil, err
+		}
+		if err := readGroups(ctx, s, []*stepGroup{g}, backoff); err != nil {
+			return nil, fmt.Errorf("checkpoint: read manifests of step %d in %s: %w", step, s, err)
+		}
+		if v, why := g.judge(); v == verdictMissing || v == verdictBad {
+			return nil, fmt.Errorf("checkpoint: restore every rank of step %d from %s: %s: %w", step, s, why, g.firstErr())
+		}
+		return restoreAll(ctx, s, g, rank, dir, opts, backoff)
+	}
 	key, err := findManifest(ctx, s, step, rank, opts.WorldSize, backoff)
 	if err != nil {
 		return nil, err
 	}
-	return restoreKey(ctx, s, key, dir, opts, backoff)
-}
-
-// restoreKey restores the snapshot whose manifest is at key.
-func restoreKey(ctx context.Context, s storage.Store, key, dir string, opts RestoreOptions, backoff Backoff) (*RestoreResult, error) {
 	m, err := readManifest(ctx, s, key, backoff)
 	if err != nil {
 		return nil, err
 	}
-	if err := restoreManifest(ctx, s, m, dir, opts, backoff); err != nil {
+	return restoreOne(ctx, s, m, dir, opts, backoff)
+}
+
+// restoreOne restores the snapshot of manifest m into dir.
+func restoreOne(ctx context.Context, s storage.Store, m *Manifest, dir string, opts RestoreOptions, backoff Backoff) (*RestoreResult, error) {
+	if err := restoreFiles(ctx, s, m.Files, setPaths(m), dir, opts, backoff); err != nil {
 		return nil, fmt.Errorf("checkpoint: restore step %d rank %d revision %d into %s: %w", m.Step, m.Rank, m.Revision, dir, err)
 	}
-	return &RestoreResult{Step: m.Step, Rank: m.Rank, Revision: m.Revision, Manifest: m, Files: len(m.Files), Bytes: m.Bytes()}, nil
+	return &RestoreResult{Step: m.Step, Rank: m.Rank, Revision: m.Revision, Manifest: m, Dir: dir, Files: len(m.Files), Bytes: m.Bytes()}, nil
+}
+
+// restoreAll restores every rank of g, whose manifests readGroups read,
+// into dir/RanksDir, as one snapshot: each rank's files under its
+// RankDir, all downloaded and checked in a staging directory inside dir
+// (a name RemoveStaleRestores removes) before RanksDir is replaced by it.
+// On any failure dir is as it was.
+func restoreAll(ctx context.Context, s storage.Store, g *stepGroup, rank int, dir string, opts RestoreOptions, backoff Backoff) (*RestoreResult, error) {
+	res := &RestoreResult{Step: g.step, Rank: rank, Dir: filepath.Join(dir, RanksDir)}
+	all := &Manifest{Format: FormatVersion, ID: g.manifests[0].ID, Step: g.step, WorldSize: g.worldSize}
+	var set []string
+	for r := range g.worldSize {
+		m := g.manifests[r]
+		res.Ranks = append(res.Ranks, m)
+		res.Revision = max(res.Revision, m.Revision)
+		all.Revision = res.Revision
+		all.Counter = all.Counter || m.Counter
+		if m.Created.After(all.Created) {
+			all.Created = m.Created
+		}
+		for _, f := range m.Files {
+			f.Path = RankDir(r) + "/" + f.Path
+			all.Files = append(all.Files, f)
+		}
+		if r == 0 {
+			set = setPaths(m)
+			for i, p := range set {
+				set[i] = RankDir(0) + "/" + p
+			}
+		}
+	}
+	res.Manifest, res.Files, res.Bytes = all, len(all.Files), all.Bytes()
+	fail := func(err error) (*RestoreResult, error) {
+		return nil, fmt.Errorf("checkpoint: restore every rank of step %d (world size %d) into %s: %w", g.step, g.worldSize, res.Dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fail(err)
+	}
+	stage, err := os.MkdirTemp(dir, tempPrefix+"*")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(stage)
+	if err := restoreFiles(ctx, s, all.Files, set, stage, opts, backoff); err != nil {
+		return fail(err)
+	}
+	// Swap the staged copy in: the old RanksDir is moved aside under a
+	// temporary name first, so that a kill between the two renames
+	// leaves nothing RemoveStaleRestores does not remove.
+	if _, err := os.Lstat(res.Dir); err == nil {
+		aside, err := os.MkdirTemp(dir, tempPrefix+"*")
+		if err != nil {
+			return fail(err)
+		}
+		defer os.RemoveAll(aside)
+		if err := os.Rename(res.Dir, filepath.Join(aside, RanksDir)); err != nil {
+			return fail(fmt.Errorf("move the previous %s aside: %w", RanksDir, err))
+		}
+	}
+	if err := os.Rename(stage, res.Dir); err != nil {
+		return fail(fmt.Errorf("move restored files into place: %w", err))
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return res, nil
+}
+
+// findStep returns the group of step for worldSize, or the only one when
+// worldSize is 0.
+func findStep(ctx context.Context, s storage.Store, step int64, worldSize int, backoff Backoff) (*stepGroup, error) {
+	groups, err := listSteps(ctx, s, stepPrefix(step), backoff)
+	if err != nil {
+		return nil, err
+	}
+	groups = slices.DeleteFunc(groups, func(g *stepGroup) bool { return worldSize != 0 && g.worldSize != worldSize })
+	switch len(groups) {
+	case 0:
+		return nil, fmt.Errorf("checkpoint: no manifest for step %d in %s: %w", step, s, storage.ErrNotExist)
+	case 1:
+		return groups[0], nil
+	}
+	return nil, fmt.Errorf("checkpoint: step %d has manifests for several world sizes in %s; name the world size", step, s)
+}
+
+// firstErr is the read error of the lowest rank whose manifest could not
+// be read, or storage.ErrNotExist when a rank has none.
+func (g *stepGroup) firstErr() error {
+	for r := range g.worldSize {
+		if _, ok := g.keys[r]; !ok {
+			return fmt.Errorf("rank %d has no manifest: %w", r, storage.ErrNotExist)
+		}
+		if err := g.errs[r]; err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // RestoreLatest restores rank's snapshot of the newest complete step into
-// dir. When that fails for a reason of the snapshot itself, it falls back
-// to the next older complete step, and so on; the result lists each skipped
-// step and why. A snapshot's own reasons: its data (ErrCorrupt, or a
+// dir. Newest is the step committed last (docs/FORMAT.md). A step of
+// several ranks is complete only when its ranks provably describe one
+// iteration: one whose ranks are all present but cannot be paired
+// (ErrNotPaired), or whose manifest of any rank cannot be read, is skipped
+// as a failed snapshot is, so that every rank falls back alike. When a
+// restore fails for a reason of the snapshot itself, it falls back to the
+// next older complete step, and so on; the result lists each skipped step
+// and why. A snapshot's own reasons: its data (ErrCorrupt, or a
 // manifest that vanished), its size (ErrTooBig: more than dir's volume has
 // free, or the volume filled up), or its files here (one that cannot be
 // created, written, synced or checked in dir, a directory in its way).
@@ -121,6 +267,9 @@ func restoreKey(ctx context.Context, s storage.Store, key, dir string, opts Rest
 // stop), the store failed (access denied, no such bucket, unreachable after
 // retries), dir or its temporary directory cannot be created, or the move
 // into place failed half way.
+//
+// With opts.AllRanks it restores every rank's snapshot of the newest
+// complete step of any world size into dir/RanksDir (RestoreOptions.AllRanks).
 //
 // With no complete step it returns an error wrapping ErrNoCheckpoint. When
 // no complete step could be restored, the error wraps ErrNothingRestorable
@@ -132,16 +281,20 @@ func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, o
 		log = slog.New(slog.DiscardHandler)
 	}
 	backoff := orDefaultBackoff(opts.Backoff)
-	steps, err := completeSteps(ctx, s, opts.WorldSize, backoff)
+	worldSize := opts.WorldSize
+	if opts.AllRanks {
+		worldSize = 0
+	}
+	steps, err := candidateSteps(ctx, s, worldSize, backoff)
 	if err != nil {
 		return nil, err
 	}
 	var fallbacks []Fallback
 	for _, g := range steps {
-		if rank >= g.worldSize {
+		if rank >= g.worldSize && !opts.AllRanks {
 			continue
 		}
-		res, err := restoreKey(ctx, s, g.keys[rank].Key, dir, opts, backoff)
+		res, err := restoreStep(ctx, s, g, rank, dir, opts, backoff)
 		if err == nil {
 			res.Fallbacks = fallbacks
 			return res, nil
@@ -155,7 +308,7 @@ func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, o
 	if len(fallbacks) == 0 {
 		return &RestoreResult{Rank: rank}, fmt.Errorf("checkpoint: restore rank %d from %s: %w", rank, s, ErrNoCheckpoint)
 	}
-	err = fmt.Errorf("checkpoint: restore rank %d from %s: %w: all %d complete steps failed", rank, s, ErrNothingRestorable, len(fallbacks))
+	err = fmt.Errorf("checkpoint: restore rank %d from %s: %w: all %d steps with every rank stored failed", rank, s, ErrNothingRestorable, len(fallbacks))
 	if !slices.ContainsFunc(fallbacks, func(f Fallback) bool { return !dataError(f.Err) }) {
 		err = fmt.Errorf("%w (%w)", err, ErrNoCheckpoint)
 	}
@@ -166,11 +319,26 @@ func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, o
 	return &RestoreResult{Rank: rank, Fallbacks: fallbacks}, errors.Join(errs...)
 }
 
+// restoreStep restores rank's snapshot of g (every rank's, with
+// opts.AllRanks), a step candidateSteps returned, if the step is complete.
+func restoreStep(ctx context.Context, s storage.Store, g *stepGroup, rank int, dir string, opts RestoreOptions, backoff Backoff) (*RestoreResult, error) {
+	switch v, why := g.judge(); v {
+	case verdictNotPaired:
+		return nil, fmt.Errorf("checkpoint: step %d of %d ranks: %s: %w", g.step, g.worldSize, why, ErrNotPaired)
+	case verdictMissing, verdictBad:
+		return nil, fmt.Errorf("checkpoint: step %d of %d ranks: %s: %w", g.step, g.worldSize, why, g.firstErr())
+	}
+	if opts.AllRanks {
+		return restoreAll(ctx, s, g, rank, dir, opts, backoff)
+	}
+	return restoreOne(ctx, s, g.manifests[rank], dir, opts, backoff)
+}
+
 // dataError reports whether err is about the store's data alone: a
 // corrupt snapshot or a manifest that vanished, not its fit here.
 func dataError(err error) bool {
 	var we *writeError
-	return (errors.Is(err, ErrCorrupt) || errors.Is(err, storage.ErrNotExist)) && !errors.Is(err, ErrTooBig) && !errors.As(err, &we)
+	return (errors.Is(err, ErrCorrupt) || errors.Is(err, storage.ErrNotExist) || errors.Is(err, ErrNotPaired)) && !errors.Is(err, ErrTooBig) && !errors.As(err, &we)
 }
 
 // findManifest returns the key of the highest revision of rank's manifest
@@ -235,7 +403,7 @@ func writeFailed(err error) error {
 // size, its files here), not the store's or a stop.
 func skippable(err error) bool {
 	var we *writeError
-	return errors.Is(err, ErrCorrupt) || errors.Is(err, storage.ErrNotExist) || errors.Is(err, ErrTooBig) || errors.As(err, &we)
+	return errors.Is(err, ErrCorrupt) || errors.Is(err, storage.ErrNotExist) || errors.Is(err, ErrTooBig) || errors.Is(err, ErrNotPaired) || errors.As(err, &we)
 }
 
 // restoreFile is one file of a restore while its chunks are written: it is
@@ -276,8 +444,10 @@ type restoreJob struct {
 	chunk  Chunk
 }
 
-func restoreManifest(ctx context.Context, s storage.Store, m *Manifest, dir string, opts RestoreOptions, backoff Backoff) (err error) {
-	for _, f := range m.Files {
+// restoreFiles restores files into dir (see Restore); set is the paths
+// format.CheckSet checks as one set (setPaths).
+func restoreFiles(ctx context.Context, s storage.Store, files []File, set []string, dir string, opts RestoreOptions, backoff Backoff) (err error) {
+	for _, f := range files {
 		if err := CheckPath(f.Path); err != nil { // Validate did; belt and braces
 			return fmt.Errorf("%v: %w", err, ErrCorrupt)
 		}
@@ -285,10 +455,10 @@ func restoreManifest(ctx context.Context, s storage.Store, m *Manifest, dir stri
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := checkTargets(dir, m.Files); err != nil {
+	if err := checkTargets(dir, files); err != nil {
 		return writeFailed(err)
 	}
-	if err := checkSpace(dir, m.Files); err != nil {
+	if err := checkSpace(dir, files); err != nil {
 		return err
 	}
 	tmp, err := os.MkdirTemp(dir, tempPrefix+"*")
@@ -296,7 +466,7 @@ func restoreManifest(ctx context.Context, s storage.Store, m *Manifest, dir stri
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	if err := reserveFiles(ctx, tmp, m.Files); err != nil {
+	if err := reserveFiles(ctx, tmp, files); err != nil {
 		if ctx.Err() != nil {
 			return err
 		}
@@ -304,7 +474,7 @@ func restoreManifest(ctx context.Context, s storage.Store, m *Manifest, dir stri
 	}
 
 	var total int64
-	for _, mf := range m.Files {
+	for _, mf := range files {
 		total += mf.Size
 	}
 	var written atomic.Int64
@@ -343,7 +513,7 @@ func restoreManifest(ctx context.Context, s storage.Store, m *Manifest, dir stri
 		})
 	}
 send:
-	for _, mf := range m.Files {
+	for _, mf := range files {
 		if len(mf.Chunks) == 0 {
 			continue // done by reserveFiles
 		}
@@ -375,7 +545,7 @@ send:
 	}
 
 	if !opts.SkipFormatCheck {
-		if err := checkRestored(ctx, tmp, m.Files, m.Rank, cmpOrInt(opts.Workers, DefaultDownloadWorkers)); err != nil {
+		if err := checkRestored(ctx, tmp, files, set, cmpOrInt(opts.Workers, DefaultDownloadWorkers)); err != nil {
 			if !errors.Is(err, ErrCorrupt) && ctx.Err() == nil {
 				err = writeFailed(err)
 			}
@@ -384,7 +554,7 @@ send:
 	}
 	// The restored copy is complete: move it into place.
 	made := map[string]bool{}
-	for _, mf := range m.Files {
+	for _, mf := range files {
 		rel := filepath.FromSlash(mf.Path)
 		target := filepath.Join(dir, rel)
 		if d := filepath.Dir(target); !made[d] {
@@ -504,15 +674,25 @@ func checkSet(paths []string, rank int) error {
 	return format.CheckSet(paths)
 }
 
-// checkRestored runs the format checks on the restored files under tmp, up
-// to workers at once. A file that is not whole is an error wrapping
-// ErrCorrupt and format.ErrTorn.
-func checkRestored(ctx context.Context, tmp string, files []File, rank, workers int) error {
-	paths := make([]string, len(files))
-	for i, f := range files {
+// setPaths returns the paths of m that format.CheckSet checks as a set,
+// by checkSet's rule: all of the coordinator's (rank 0's), none of
+// another rank's.
+func setPaths(m *Manifest) []string {
+	if m.Rank != 0 {
+		return nil
+	}
+	paths := make([]string, len(m.Files))
+	for i, f := range m.Files {
 		paths[i] = f.Path
 	}
-	if err := checkSet(paths, rank); err != nil {
+	return paths
+}
+
+// checkRestored runs the format checks on the restored files under tmp, up
+// to workers at once, and format.CheckSet on the paths set. A file that is
+// not whole is an error wrapping ErrCorrupt and format.ErrTorn.
+func checkRestored(ctx context.Context, tmp string, files []File, set []string, workers int) error {
+	if err := format.CheckSet(set); err != nil {
 		return formatCorrupt("the snapshot's files", err)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)

@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/storage"
@@ -19,15 +22,16 @@ var ErrNoCheckpoint = errors.New("no complete checkpoint")
 
 // RankInfo describes one rank's manifest of a step: its highest revision.
 type RankInfo struct {
-	Rank     int
-	Key      string
-	Revision int       // the revision of the manifest at Key
-	Counter  bool      // the manifest is a counter checkpoint's (Target.Counter)
-	ID       string    // the manifest's id; empty when Err is set
-	Created  time.Time // from the manifest; the object's ModTime when Err is set
-	Bytes    int64
-	Files    int
-	Err      error // the manifest could not be read or is invalid
+	Rank       int
+	Key        string
+	Revision   int       // the revision of the manifest at Key
+	Counter    bool      // the manifest is a counter checkpoint's (Target.Counter)
+	Generation string    // the manifest's job-wide save generation, if any
+	ID         string    // the manifest's id; empty when Err is set
+	Created    time.Time // from the manifest; the object's ModTime when Err is set
+	Bytes      int64
+	Files      int
+	Err        error // the manifest could not be read or is invalid
 }
 
 // Snapshot describes one step of a job of WorldSize ranks: for each rank,
@@ -37,12 +41,16 @@ type Snapshot struct {
 	WorldSize int
 	Ranks     []RankInfo // the manifests present, by rank
 	// Complete is true when every rank 0..WorldSize-1 has a manifest that
-	// decodes. (Latest only checks that the manifests exist.)
-	Complete bool
-	Created  time.Time // newest Created of the ranks
-	Bytes    int64     // file bytes of all ranks
-	Revision int       // highest revision of the ranks
-	Counter  bool      // a rank's manifest is a counter checkpoint's
+	// decodes and the ranks provably describe the same iteration of the
+	// trainer: one rank, or no counter checkpoint among them, or the same
+	// job-wide save generation on all (docs/FORMAT.md). Incomplete says
+	// why not ("missing ranks 1,3"); it is empty when Complete.
+	Complete   bool
+	Incomplete string
+	Created    time.Time // newest Created of the ranks: when the step was committed
+	Bytes      int64     // file bytes of all ranks
+	Revision   int       // highest revision of the ranks
+	Counter    bool      // a rank's manifest is a counter checkpoint's
 	// ChunksChecked: the chunks were listed (ListChecked), and
 	// MissingChunks and WrongSizeChunks count, over the ranks' manifests,
 	// the distinct chunks the store lacks or holds with another size than
@@ -60,6 +68,12 @@ func (sn *Snapshot) Restorable() bool {
 	return sn.Complete && sn.MissingChunks == 0 && sn.WrongSizeChunks == 0
 }
 
+// ErrNotPaired marks a step of several ranks whose snapshots cannot be
+// shown to describe the same iteration of the trainer: a rank's is a
+// counter checkpoint, numbered by that rank's lifeboat alone. Such a step
+// is stored and listed, never complete; RestoreLatest falls back past it.
+var ErrNotPaired = errors.New("the ranks' checkpoints cannot be paired")
+
 // revisionKey is one revision's manifest key, as listed.
 type revisionKey struct {
 	revision int
@@ -73,9 +87,14 @@ type stepGroup struct {
 	keys      map[int]storage.ObjectInfo // by rank: its highest revision
 	revisions map[int]int                // by rank: the revision in keys
 	older     map[int][]revisionKey      // by rank: lower revisions, ascending
+	// Set by readGroups, for each rank in keys: its manifest, or why it
+	// could not be read (a data error: ErrCorrupt or storage.ErrNotExist).
+	manifests map[int]*Manifest
+	errs      map[int]error
 }
 
-func (g *stepGroup) complete() bool { return len(g.keys) == g.worldSize }
+// allRanks reports whether every rank has a manifest key.
+func (g *stepGroup) allRanks() bool { return len(g.keys) == g.worldSize }
 
 // revision is the highest revision of the group's ranks.
 func (g *stepGroup) revision() int {
@@ -98,6 +117,112 @@ func (g *stepGroup) add(rank, revision int, oi storage.ObjectInfo) {
 	default:
 		g.older[rank] = append(g.older[rank], revisionKey{revision, oi})
 	}
+}
+
+// committed is when the step was committed, as far as the store tells:
+// the newest Created of its ranks' manifests (read by readGroups), a
+// manifest that could not be read counting with its object's ModTime.
+// Prune and RestoreLatest order steps by it (docs/FORMAT.md).
+func (g *stepGroup) committed() time.Time {
+	var t time.Time
+	for r, oi := range g.keys {
+		c := oi.ModTime
+		if m := g.manifests[r]; m != nil {
+			c = m.Created
+		}
+		if c.After(t) {
+			t = c
+		}
+	}
+	return t
+}
+
+// verdict says whether a step whose manifests were read is complete.
+type verdict int
+
+const (
+	verdictComplete  verdict = iota
+	verdictMissing           // a rank has no manifest
+	verdictBad               // a rank's manifest cannot be read or is invalid
+	verdictNotPaired         // the ranks cannot be shown to be one iteration
+)
+
+// judge applies the consistency rule (docs/FORMAT.md) to a group read by
+// readGroups: the verdict, and why it is not complete ("" when it is).
+// A step is complete when every rank has a manifest, every manifest
+// decodes, and either there is one rank, or no rank's manifest is a
+// counter checkpoint, or all ranks carry the same non-empty generation.
+// Named steps compare across ranks whatever their revisions: the trainer
+// numbered them, so a rank whose step was committed again after more
+// files appeared (a split save) is the same iteration at another
+// revision. Counter checkpoints are numbered by each rank's lifeboat on
+// its own and prove nothing.
+func (g *stepGroup) judge() (verdict, string) {
+	var missing, bad, counters []int
+	for r := range g.worldSize {
+		switch _, ok := g.keys[r]; {
+		case !ok:
+			missing = append(missing, r)
+		case g.manifests[r] == nil:
+			bad = append(bad, r)
+		case g.manifests[r].Counter:
+			counters = append(counters, r)
+		}
+	}
+	switch {
+	case len(missing) > 0:
+		return verdictMissing, "missing " + rankList(missing)
+	case len(bad) > 0:
+		return verdictBad, "bad manifest of " + rankList(bad)
+	case g.worldSize == 1 || len(counters) == 0 || g.sameGeneration():
+		return verdictComplete, ""
+	}
+	what := rankList(counters) + " is a counter checkpoint"
+	if len(counters) > 1 {
+		what = rankList(counters) + " are counter checkpoints"
+	}
+	for _, m := range g.manifests {
+		if m.Generation != "" {
+			what += " and the ranks' save generations differ"
+			break
+		}
+	}
+	return verdictNotPaired, what + ": ranks cannot be paired"
+}
+
+// sameGeneration reports whether every rank's manifest carries the same
+// non-empty generation.
+func (g *stepGroup) sameGeneration() bool {
+	gen := g.manifests[0].Generation
+	for r := 1; r < g.worldSize; r++ {
+		if g.manifests[r].Generation != gen {
+			return false
+		}
+	}
+	return gen != ""
+}
+
+// rankList renders ranks for a reason: "rank 1", "ranks 1,3", and at
+// most 8 of them ("ranks 0,1,...,7 and 992 more").
+func rankList(ranks []int) string {
+	const shown = 8
+	var b strings.Builder
+	b.WriteString("rank")
+	if len(ranks) > 1 {
+		b.WriteString("s")
+	}
+	for i, r := range ranks[:min(len(ranks), shown)] {
+		if i == 0 {
+			b.WriteString(" ")
+		} else {
+			b.WriteString(",")
+		}
+		b.WriteString(strconv.Itoa(r))
+	}
+	if len(ranks) > shown {
+		fmt.Fprintf(&b, " and %d more", len(ranks)-shown)
+	}
+	return b.String()
 }
 
 // listSteps groups the manifest keys by (step, world size), in ascending
@@ -138,40 +263,120 @@ func listSteps(ctx context.Context, s storage.Store, prefix string, backoff Back
 	return groups, nil
 }
 
-// completeSteps returns the steps whose ranks all have a manifest, newest
-// first. worldSize 0 accepts any world size.
-func completeSteps(ctx context.Context, s storage.Store, worldSize int, backoff Backoff) ([]*stepGroup, error) {
+// manifestReaders is how many manifests readGroups reads at a time.
+const manifestReaders = 16
+
+// readGroups reads the highest revision of every rank of groups, up to
+// manifestReaders at a time, into each group's manifests, or its errs
+// for a manifest that is invalid or vanished. Any other failure (the
+// store, after retries; ctx) is returned.
+func readGroups(ctx context.Context, s storage.Store, groups []*stepGroup, backoff Backoff) error {
+	type job struct {
+		g    *stepGroup
+		rank int
+	}
+	type result struct {
+		job
+		m   *Manifest
+		err error
+	}
+	var jobs []job
+	for _, g := range groups {
+		g.manifests, g.errs = make(map[int]*Manifest, len(g.keys)), map[int]error{}
+		for r := range g.keys {
+			jobs = append(jobs, job{g, r})
+		}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	next := make(chan job)
+	results := make(chan result)
+	var wg sync.WaitGroup
+	for range min(manifestReaders, len(jobs)) {
+		wg.Go(func() {
+			for j := range next {
+				m, err := readManifest(ctx, s, j.g.keys[j.rank].Key, backoff)
+				if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, storage.ErrNotExist) {
+					cancel(err)
+				}
+				results <- result{j, m, err}
+			}
+		})
+	}
+	go func() {
+		defer close(next)
+		for _, j := range jobs {
+			select {
+			case next <- j:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() {
+		wg.Wait()
+		close(results)
+	}()
+	for r := range results {
+		if r.err != nil {
+			r.g.errs[r.rank] = r.err
+		} else {
+			r.g.manifests[r.rank] = r.m
+		}
+	}
+	return context.Cause(ctx)
+}
+
+// newestFirst sorts groups read by readGroups newest first: by when they
+// were committed, then by step and world size (for equal times).
+func newestFirst(groups []*stepGroup) {
+	slices.SortStableFunc(groups, func(a, b *stepGroup) int {
+		return cmp.Or(b.committed().Compare(a.committed()), cmp.Compare(b.step, a.step), cmp.Compare(b.worldSize, a.worldSize))
+	})
+}
+
+// candidateSteps returns the steps of worldSize (0: any) whose ranks all
+// have a manifest, with their manifests read, newest first (newestFirst).
+// Their verdicts tell which are complete.
+func candidateSteps(ctx context.Context, s storage.Store, worldSize int, backoff Backoff) ([]*stepGroup, error) {
 	groups, err := listSteps(ctx, s, snapshotsPrefix, backoff)
 	if err != nil {
 		return nil, err
 	}
-	var out []*stepGroup
-	for _, g := range slices.Backward(groups) {
-		if g.complete() && (worldSize == 0 || g.worldSize == worldSize) {
-			out = append(out, g)
-		}
+	groups = slices.DeleteFunc(groups, func(g *stepGroup) bool {
+		return !g.allRanks() || worldSize != 0 && g.worldSize != worldSize
+	})
+	if err := readGroups(ctx, s, groups, backoff); err != nil {
+		return nil, fmt.Errorf("checkpoint: read manifests in %s: %w", s, err)
 	}
-	return out, nil
+	newestFirst(groups)
+	return groups, nil
 }
 
-// Latest returns the newest step for which every rank 0..worldSize-1 has a
-// manifest (worldSize 0: any world size), or an error wrapping
-// ErrNoCheckpoint. It reads keys only; Restore checks the contents.
+// Latest returns the newest complete step of worldSize ranks (worldSize
+// 0: any world size), or an error wrapping ErrNoCheckpoint. Newest is the
+// step committed last (docs/FORMAT.md: within one run that is the highest
+// step). It reads the manifests of the steps whose ranks are all present
+// (to tell which are complete and when they were committed); Restore
+// checks the chunks.
 func Latest(ctx context.Context, s storage.Store, worldSize int) (int64, error) {
-	steps, err := completeSteps(ctx, s, worldSize, DefaultBackoff())
+	steps, err := candidateSteps(ctx, s, worldSize, DefaultBackoff())
 	if err != nil {
 		return 0, err
 	}
-	if len(steps) == 0 {
-		return 0, fmt.Errorf("checkpoint: latest in %s for world size %d: %w", s, worldSize, ErrNoCheckpoint)
+	for _, g := range steps {
+		if v, _ := g.judge(); v == verdictComplete {
+			return g.step, nil
+		}
 	}
-	return steps[0].step, nil
+	return 0, fmt.Errorf("checkpoint: latest in %s for world size %d: %w", s, worldSize, ErrNoCheckpoint)
 }
 
-// List describes every step in the store, oldest first, reading each
-// rank's highest revision (for lifeboat ls). A manifest that cannot be
-// decoded is reported in its RankInfo.Err, not as List's error. It reads
-// the manifests only; ListChecked also checks the chunks.
+// List describes every step in the store, in ascending order of step (and
+// world size), reading each rank's highest revision (for lifeboat ls). A
+// manifest that cannot be decoded is reported in its RankInfo.Err, not as
+// List's error. It reads the manifests only; ListChecked also checks the
+// chunks.
 func List(ctx context.Context, s storage.Store) ([]Snapshot, error) {
 	return list(ctx, s, false)
 }
@@ -191,6 +396,9 @@ func list(ctx context.Context, s storage.Store, checkChunks bool) ([]Snapshot, e
 	if err != nil {
 		return nil, err
 	}
+	if err := readGroups(ctx, s, groups, backoff); err != nil {
+		return nil, fmt.Errorf("checkpoint: read manifests in %s: %w", s, err)
+	}
 	var stored chunkSizes
 	if checkChunks {
 		if stored, err = listChunks(ctx, s, backoff); err != nil {
@@ -200,7 +408,6 @@ func list(ctx context.Context, s storage.Store, checkChunks bool) ([]Snapshot, e
 	out := make([]Snapshot, 0, len(groups))
 	for _, g := range groups {
 		snap := Snapshot{Step: g.step, WorldSize: g.worldSize, ChunksChecked: checkChunks}
-		valid := 0
 		var manifests []*Manifest
 		for r := range g.worldSize {
 			oi, ok := g.keys[r]
@@ -208,16 +415,11 @@ func list(ctx context.Context, s storage.Store, checkChunks bool) ([]Snapshot, e
 				continue
 			}
 			ri := RankInfo{Rank: r, Key: oi.Key, Revision: g.revisions[r], Created: oi.ModTime}
-			m, err := readManifest(ctx, s, oi.Key, backoff)
-			switch {
-			case errors.Is(err, ErrCorrupt) || errors.Is(err, storage.ErrNotExist):
-				ri.Err = err
-			case err != nil:
-				return nil, err
-			default:
-				valid++
+			if m := g.manifests[r]; m != nil {
 				manifests = append(manifests, m)
-				ri.ID, ri.Created, ri.Bytes, ri.Files, ri.Counter = m.ID, m.Created, m.Bytes(), len(m.Files), m.Counter
+				ri.ID, ri.Created, ri.Bytes, ri.Files, ri.Counter, ri.Generation = m.ID, m.Created, m.Bytes(), len(m.Files), m.Counter, m.Generation
+			} else {
+				ri.Err = g.errs[r]
 			}
 			snap.Revision = max(snap.Revision, ri.Revision)
 			snap.Counter = snap.Counter || ri.Counter
@@ -227,7 +429,8 @@ func list(ctx context.Context, s storage.Store, checkChunks bool) ([]Snapshot, e
 				snap.Created = ri.Created
 			}
 		}
-		snap.Complete = valid == g.worldSize
+		v, why := g.judge()
+		snap.Complete, snap.Incomplete = v == verdictComplete, why
 		if checkChunks {
 			snap.MissingChunks, snap.WrongSizeChunks = stored.check(manifests)
 		}
