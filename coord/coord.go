@@ -16,9 +16,11 @@ import (
 const DefaultInterval = 2 * time.Second
 
 // DefaultClockSkew is how far the nodes' clocks may disagree: a stop
-// record written up to this long before a lifeboat started still stops
-// it.
-const DefaultClockSkew = time.Second
+// record written up to this long before a lifeboat started (by the
+// writer's clock and this lifeboat's) still stops it. It is far above what
+// NTP leaves, and far below the time a stopped container takes to be
+// restarted.
+const DefaultClockSkew = 250 * time.Millisecond
 
 // keepEarlier is how long before rank 0's start a record must have been
 // written for rank 0 to delete it.

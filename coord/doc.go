@@ -22,16 +22,18 @@
 //
 // Each rank's Coordinator lists coord/stop/ once per Interval: one LIST
 // request, however many ranks there are. A record counts when it was
-// written by another rank no earlier than ClockSkew (default 1s) before
-// this lifeboat started. A record from an earlier run is older than that:
-// a gang restart (pods stopping, the Job's retry, scheduling and start-up)
-// takes longer than ClockSkew, so an old record never stops a new run; the
-// nodes' clocks must agree within ClockSkew (NTP keeps them within
-// milliseconds). A lifeboat that started before a record was written is
-// stopped by it even while it is still restoring its checkpoint: the
-// record's rank was preempted during this run. A record written by this
-// rank's own number but not by this lifeboat (a replaced pod's
-// predecessor) does not count: it is not a peer.
+// written by another rank no earlier than ClockSkew (default 250ms) before
+// this lifeboat started (the writer's clock against this node's). An
+// earlier run's record is older than that: the old processes had to take
+// their stop, exit and be noticed (the kubelet relists containers every
+// second) before a new container, or a new pod, starts, so an old record
+// never stops a new run. The allowance is for the nodes' clocks, which
+// must agree within it: NTP keeps them within milliseconds. A lifeboat
+// that started before a record was written is stopped by it even when the
+// record was written while it was still restoring its checkpoint: the
+// record's rank was preempted during this run. A record written by this rank's own
+// number but not by this lifeboat (a replaced pod's predecessor) does not
+// count: it is not a peer.
 //
 // Rank 0 deletes records written more than a minute before it started
 // (an earlier run's), so the listing stays one page. The minute leaves
