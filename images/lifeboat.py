@@ -25,7 +25,26 @@ stop_requested() becomes true when lifeboat delivers a stop: SIGTERM (what
 Kubernetes sends, forwarded by lifeboat) or SIGUSR1 (what `lifeboat run
 --rewrite TERM:USR1` delivers). The handler only records the request and
 then calls the handler that was there before it, so a trainer's own handler
-keeps working; it never exits the process itself.
+keeps working; it never exits the process itself. In a job of several ranks
+it also becomes true on every rank once any rank's lifeboat began a stop
+(lifeboat writes LIFEBOAT_STOP_FILE, $LIFEBOAT_DIR/.lifeboat-stop.json).
+
+stop_step(step) makes every rank save the same step when the job stops:
+
+    if lifeboat.stop_requested():
+        last = lifeboat.stop_step(step)       # the same on every rank
+        while step < last:
+            step += 1
+            train_one_step()                  # its collectives complete
+        save_and_commit(step)                 # step-NNN/, or commit(path, step)
+        sys.exit(0)
+
+It tells lifeboat the step this rank has finished and waits until the
+ranks' lifeboats have agreed, through the store, on the step to save: the
+highest step asked when every rank asked, or one more than that when some
+rank did not ask in time (it is blocked in the next step's collective,
+waiting for the ranks that stopped to join it). Without a job-wide stop
+(one rank, or lifeboat's --coord-interval 0) it returns step at once.
 
 Resume information comes from LIFEBOAT_RESUME_DIR/STEP/ID, which `lifeboat
 run` sets, else from DIR/.lifeboat-resume.json, which `lifeboat restore`
@@ -37,11 +56,14 @@ import os
 import signal
 import tempfile
 import threading
+import time
 
 __all__ = [
     "DEFAULT_DIR",
     "DEFAULT_MARKER",
     "RESUME_FILE",
+    "STOP_FILE",
+    "STOP_REQUEST_FILE",
     "STOP_SIGNALS",
     "checkpoint_dir",
     "commit",
@@ -51,11 +73,17 @@ __all__ = [
     "resume_id",
     "resume_step",
     "stop_requested",
+    "stop_step",
 ]
 
 DEFAULT_DIR = "ckpt"
 DEFAULT_MARKER = ".lifeboat-commit"
 RESUME_FILE = ".lifeboat-resume.json"
+# Lifeboat writes STOP_FILE when a job-wide stop begins (its path is
+# LIFEBOAT_STOP_FILE), with the agreed step once known; stop_step writes
+# STOP_REQUEST_FILE beside it.
+STOP_FILE = ".lifeboat-stop.json"
+STOP_REQUEST_FILE = ".lifeboat-stop-request.json"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 # Lifeboat's scanner skips every name with this prefix (other than the
@@ -158,12 +186,80 @@ def install_stop_handler(signals=STOP_SIGNALS):
 
 
 def stop_requested():
-    """Reports whether a stop signal has arrived. The first call installs
-    the stop handler (see install_stop_handler), so call it once early in
-    the main thread, or call install_stop_handler() yourself."""
+    """Reports whether a stop signal has arrived or, in a job of several
+    ranks, whether any rank's lifeboat began a stop (the stop file exists).
+    Once true it stays true. The first call installs the stop handler (see
+    install_stop_handler), so call it once early in the main thread, or
+    call install_stop_handler() yourself."""
     if not _installed:
         install_stop_handler()
-    return _stop.is_set()
+    if _stop.is_set():
+        return True
+    path = os.environ.get("LIFEBOAT_STOP_FILE")
+    if path and os.path.exists(path):
+        _stop.set()
+        return True
+    return False
+
+
+def _agreed_step(path):
+    """Returns the step in the stop file at path, or None."""
+    try:
+        with open(path, "rb") as f:
+            info = json.load(f)
+    except (OSError, ValueError):  # none yet; lifeboat replaces it atomically
+        return None
+    step = info.get("step") if isinstance(info, dict) else None
+    if isinstance(step, bool) or not isinstance(step, int):
+        return None
+    return step
+
+
+def stop_step(current_step, timeout=None):
+    """Returns the step every rank saves before it exits, once a stop has
+    begun (stop_requested() is true): the same on every rank. current_step
+    is the step this rank has finished. Train until the returned step is
+    finished (it may be current_step itself, or one more), save it, and
+    exit.
+
+    It writes current_step to a request file beside the stop file and
+    polls the stop file until lifeboat has written the agreed step there:
+    as soon as every rank has asked, else a quarter of --grace after the
+    stop began on this rank, else (the store does not answer) half of
+    --grace after it. timeout, in seconds, bounds the wait; TimeoutError when it
+    passes. Without a job-wide stop (LIFEBOAT_STOP_FILE unset: one rank, or
+    not under lifeboat run) it returns current_step at once."""
+    if isinstance(current_step, bool) or not isinstance(current_step, int) or current_step < 0:
+        raise ValueError("lifeboat: stop_step: the step must be a non-negative int, not %r" % (current_step,))
+    path = os.environ.get("LIFEBOAT_STOP_FILE")
+    if not path:
+        return current_step
+    step = _agreed_step(path)
+    if step is not None:
+        return step
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=_INTERNAL_PREFIX + "tmp-coord-", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump({"step": current_step}, f)
+        os.replace(tmp, os.path.join(directory, STOP_REQUEST_FILE))
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        step = _agreed_step(path)
+        if step is not None:
+            return step
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(
+                "lifeboat: stop_step(%d): no step agreed in %s within %ss; save step %d, which the other ranks may not "
+                "have saved" % (current_step, path, timeout, current_step)
+            )
+        time.sleep(0.02)
 
 
 def _fsync_path(path, flags=os.O_RDONLY):

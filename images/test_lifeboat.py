@@ -19,7 +19,7 @@ from unittest import mock
 import lifeboat
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ENV_KEYS = ("LIFEBOAT_DIR", "LIFEBOAT_MARKER", "LIFEBOAT_RESUME_DIR", "LIFEBOAT_RESUME_STEP", "LIFEBOAT_RESUME_ID")
+ENV_KEYS = ("LIFEBOAT_DIR", "LIFEBOAT_MARKER", "LIFEBOAT_RESUME_DIR", "LIFEBOAT_RESUME_STEP", "LIFEBOAT_RESUME_ID", "LIFEBOAT_STOP_FILE")
 
 
 class EnvTestCase(unittest.TestCase):
@@ -215,6 +215,100 @@ class StopSignalTest(unittest.TestCase):
                 p.wait()
         self.assertEqual(p.returncode, 0, "the trainer decides when to exit, not the handler")
         self.assertIn("stopped after", out)
+
+
+class JobWideStopTest(EnvTestCase):
+    """The stop file and step request lifeboat's job-wide stop uses, with a
+    thread playing lifeboat."""
+
+    def setUp(self):
+        super().setUp()
+        saved = {s: signal.getsignal(s) for s in lifeboat.STOP_SIGNALS}
+        self.addCleanup(self._restore, saved)
+        lifeboat._stop.clear()
+        lifeboat._installed.clear()
+        self.stop_file = os.path.join(self.tmp, lifeboat.STOP_FILE)
+        self.request_file = os.path.join(self.tmp, lifeboat.STOP_REQUEST_FILE)
+        os.environ.update(LIFEBOAT_DIR=self.tmp, LIFEBOAT_STOP_FILE=self.stop_file)
+
+    @staticmethod
+    def _restore(saved):
+        for s, h in saved.items():
+            signal.signal(s, h)
+        lifeboat._stop.clear()
+        lifeboat._installed.clear()
+
+    def write_stop_file(self, **info):
+        info.setdefault("id", "20250301T120000.000000000Z-rank-000001")
+        info.setdefault("from_rank", 1)
+        info.setdefault("reason", "SIGTERM")
+        tmp = self.stop_file + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(info, f)
+        os.replace(tmp, self.stop_file)
+
+    def test_stop_file_makes_stop_requested_true(self):
+        self.assertFalse(lifeboat.stop_requested())
+        self.write_stop_file()
+        self.assertTrue(lifeboat.stop_requested(), "another rank's stop is this rank's stop")
+        os.remove(self.stop_file)
+        self.assertTrue(lifeboat.stop_requested(), "the request stays set")
+
+    def test_without_a_job_wide_stop_the_step_is_the_current_one(self):
+        del os.environ["LIFEBOAT_STOP_FILE"]
+        self.assertEqual(lifeboat.stop_step(7), 7)
+        self.assertFalse(os.path.exists(self.request_file))
+
+    def test_asks_lifeboat_and_waits_for_the_agreed_step(self):
+        self.write_stop_file()
+        seen = []
+
+        def lifeboat_side():
+            deadline = time.monotonic() + 10
+            while not os.path.exists(self.request_file) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            with open(self.request_file) as f:
+                seen.append(json.load(f))
+            time.sleep(0.05)  # the ranks agree through the store
+            self.write_stop_file(step=13)
+
+        t = threading.Thread(target=lifeboat_side)
+        t.start()
+        try:
+            self.assertEqual(lifeboat.stop_step(12, timeout=10), 13)
+        finally:
+            t.join()
+        self.assertEqual(seen, [{"step": 12}])
+        left = [n for n in os.listdir(self.tmp) if n.startswith(".lifeboat-tmp")]
+        self.assertEqual(left, [], "no temporary file is left behind")
+
+    def test_a_step_already_agreed_is_returned_at_once(self):
+        self.write_stop_file(step=9)
+        self.assertEqual(lifeboat.stop_step(9), 9)
+        self.assertEqual(lifeboat.stop_step(8), 9, "the same step on every rank, even one behind")
+        self.assertFalse(os.path.exists(self.request_file), "nothing to ask")
+
+    def test_timeout_says_what_to_do(self):
+        self.write_stop_file()
+        t0 = time.monotonic()
+        with self.assertRaisesRegex(TimeoutError, "no step agreed"):
+            lifeboat.stop_step(4, timeout=0.1)
+        self.assertLess(time.monotonic() - t0, 5)
+        with open(self.request_file) as f:
+            self.assertEqual(json.load(f), {"step": 4})
+
+    def test_a_stop_file_without_a_valid_step_is_waited_on(self):
+        self.write_stop_file(step="13")
+        with self.assertRaises(TimeoutError):
+            lifeboat.stop_step(4, timeout=0.05)
+        self.write_stop_file(step=True)
+        with self.assertRaises(TimeoutError):
+            lifeboat.stop_step(4, timeout=0.05)
+
+    def test_bad_steps(self):
+        for bad in (-1, True, "3", 2.0, None):
+            with self.assertRaises(ValueError, msg=repr(bad)):
+                lifeboat.stop_step(bad)
 
 
 class CommitTest(EnvTestCase):
