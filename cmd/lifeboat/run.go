@@ -36,6 +36,7 @@ type runOptions struct {
 	observe    observeOptions
 	memory     memoryOptions
 	gpu        gpuOptions
+	coord      coordOptions
 }
 
 func newRunFlags(o *runOptions, w io.Writer) *flag.FlagSet {
@@ -61,6 +62,7 @@ func newRunFlags(o *runOptions, w io.Writer) *flag.FlagSet {
 	o.memory.register(fs)
 	o.gpu.register(fs)
 	o.gpu.registerWatchdog(fs)
+	o.coord.register(fs)
 	fs.Usage = flagUsage(fs, w, "lifeboat run [flags] -- CMD [ARG...]")
 	return fs
 }
@@ -227,6 +229,10 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptio
 	}
 	gc := &graceClock{grace: cfg.Grace}
 	cfg.OnStop = gc.set
+	js, err := o.coord.start(bg, &cfg, p)
+	if err != nil {
+		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: pipelineExitCode(err, supervisor.CodeInternal)}
+	}
 	m.SetGraceBudgetLeft(gc.left)
 	cfg.OnRestart = m.IncRestart
 	cfg.OnOOMKill = m.IncOOMKill
@@ -246,7 +252,7 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptio
 	}
 	m.SetReady(true)
 	cfg.Signals = startup.handOff()
-	return supervisor.Run(ctx, cfg)
+	return js.exit(supervisor.Run(ctx, cfg), cfg)
 }
 
 // exitCode maps Run's result to lifeboat's exit code, printing spawn
