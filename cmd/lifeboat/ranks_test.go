@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -425,5 +426,47 @@ func TestStaleStopRecord(t *testing.T) {
 	}
 	if !jsonLogHas(ranks[1].stderr.String(), "coord.stop_seen", map[string]string{"from_rank": "0"}) {
 		t.Errorf("rank 1 did not follow rank 0's stop; stderr:\n%s", tail(ranks[1].stderr.String()))
+	}
+}
+
+// TestCoordFlag: --coord-interval and its variable refuse what is not a
+// duration of 0 or more, and the trainer learns of the stop file only
+// when the job-wide stop is on (a store, several ranks, an interval).
+func TestCoordFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{args: []string{"--coord-interval", "-1s"}, want: "--coord-interval (LIFEBOAT_COORD_INTERVAL) must be a duration such as 2s, or 0"},
+		{env: "LIFEBOAT_COORD_INTERVAL=often", want: `LIFEBOAT_COORD_INTERVAL="often"`},
+	} {
+		cmd := exec.Command(lifeboatBin, append(append([]string{"run"}, tc.args...), "--", "true")...)
+		cmd.Env = append(os.Environ(), tc.env)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%v %s: %v, output:\n%s\nwant exit 2 and %q", tc.args, tc.env, err, out, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"--world-size", "2", "--rank", "1"}, true},
+		{[]string{"--world-size", "2", "--rank", "1", "--coord-interval", "0"}, false},
+		{[]string{"--world-size", "1"}, false},
+	} {
+		dir, out := t.TempDir(), filepath.Join(t.TempDir(), "env")
+		args := append([]string{"run", "--store", "file://" + t.TempDir(), "--dir", dir}, tc.args...)
+		args = append(args, "--", "sh", "-c", `echo "$LIFEBOAT_STOP_FILE" > `+out)
+		if b, err := exec.Command(lifeboatBin, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", tc.args, err, b)
+		}
+		b, _ := os.ReadFile(out)
+		got := strings.TrimSpace(string(b))
+		if want := filepath.Join(dir, ".lifeboat-stop.json"); tc.want && got != want || !tc.want && got != "" {
+			t.Errorf("%v: LIFEBOAT_STOP_FILE=%q, want it set: %v", tc.args, got, tc.want)
+		}
 	}
 }
