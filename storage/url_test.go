@@ -122,3 +122,14 @@ func FuzzParseURL(f *testing.F) {
 		}
 	})
 }
+
+// TestParseURLRedactsCredentials: a store URL with credentials is refused
+// without showing them.
+func TestParseURLRedactsCredentials(t *testing.T) {
+	for _, raw := range []string{"s3://AKIAUSER:hunter2pw@bucket/x", "file://AKIAUSER:hunter2pw@/abs", "s3://AKIAUSER:hunter2pw@bucket/x?y=1", "s3://AKIAUSER:hunter2pw@bu cket:x/"} {
+		_, err := ParseURL(raw)
+		if err == nil || strings.Contains(err.Error(), "hunter2pw") || strings.Contains(err.Error(), "AKIAUSER") {
+			t.Errorf("ParseURL(%q) = %v; want an error that hides the credentials", raw, err)
+		}
+	}
+}
