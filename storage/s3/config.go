@@ -157,13 +157,14 @@ func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
 	u, err := url.Parse(c.Endpoint)
+	shown := redactUser(c.Endpoint)
 	switch {
 	case err != nil:
-		errs = append(errs, fmt.Errorf("the endpoint %q (--s3-endpoint, AWS_ENDPOINT_URL) is not a URL: %v", c.Endpoint, err))
+		errs = append(errs, fmt.Errorf("the endpoint %q (--s3-endpoint, AWS_ENDPOINT_URL) is not a URL", shown))
 	case u.Scheme != "http" && u.Scheme != "https":
-		errs = append(errs, fmt.Errorf("the endpoint %q (--s3-endpoint, AWS_ENDPOINT_URL) must start with http:// or https://", c.Endpoint))
+		errs = append(errs, fmt.Errorf("the endpoint %q (--s3-endpoint, AWS_ENDPOINT_URL) must start with http:// or https://", shown))
 	case u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil:
-		errs = append(errs, fmt.Errorf("the endpoint %q (--s3-endpoint, AWS_ENDPOINT_URL) must be scheme://host[:port] only", c.Endpoint))
+		errs = append(errs, fmt.Errorf("the endpoint %q (--s3-endpoint, AWS_ENDPOINT_URL) must be scheme://host[:port] only", shown))
 	}
 	if c.Bucket == "" {
 		errs = append(errs, errors.New("no bucket is set; give the store as s3://bucket/prefix"))
@@ -194,6 +195,25 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// redactUser replaces the user information of a URL (scheme://USER:PASS@)
+// with xxxxx, so that no error shows a credential; it needs no valid URL.
+func redactUser(raw string) string {
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		return raw
+	}
+	rest := raw[i+3:]
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	at := strings.LastIndex(rest[:end], "@")
+	if at < 0 {
+		return raw
+	}
+	return raw[:i+3] + "xxxxx" + rest[at:]
 }
 
 // redacted shows whether a secret is set without showing it.

@@ -59,3 +59,14 @@ func TestFromEnv(t *testing.T) {
 		t.Fatalf("FromEnv overrode a set field: %v", c)
 	}
 }
+
+// TestValidateRedactsEndpointCredentials: an endpoint with credentials
+// (--s3-endpoint, AWS_ENDPOINT_URL) is refused without showing them.
+func TestValidateRedactsEndpointCredentials(t *testing.T) {
+	for _, ep := range []string{"http://AKIAUSER:hunter2pw@minio:9000", "ftp://AKIAUSER:hunter2pw@minio", "http://AKIAUSER:hunter2pw@mi nio:x"} {
+		err := Config{Endpoint: ep, Bucket: "b"}.Validate()
+		if err == nil || strings.Contains(err.Error(), "hunter2pw") || strings.Contains(err.Error(), "AKIAUSER") {
+			t.Errorf("Validate with endpoint %q = %v; want an error that hides the credentials", ep, err)
+		}
+	}
+}
