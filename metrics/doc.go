@@ -28,14 +28,22 @@
 //	lifeboat_upload_retries_total                       retried storage operations
 //	lifeboat_upload_failures_total                      failed checkpoint uploads
 //	lifeboat_checkpoints_interrupted_total              interrupted saves, never stored
-//	lifeboat_preemption_notices_total{source}           cloud preemption notices received
+//	lifeboat_preemption_notices_total{source}           preemption notices received: one per cloud notice (aws, gcp,
+//	                                                    url) and one per stop signal received (signal: the kubelet's
+//	                                                    TERM, or another of --stop-signals)
 //	lifeboat_rebalance_recommendations_total{source}    rebalance recommendations received (aws): the machine is at
 //	                                                    elevated risk of interruption; not a stop, not in the series above
-//	lifeboat_grace_budget_left_seconds                  grace budget left, at scrape time; absent until set
-//	lifeboat_trainer_restarts_total{reason}             trainer restarts
-//	lifeboat_trainer_oom_kills_total                    trainer processes killed by the OOM killer
-//	lifeboat_resume_step{source}                        step resumed from; -1 when none
-//	lifeboat_resume_duration_seconds{source}            how long the resume took
+//	lifeboat_grace_budget_left_seconds                  grace budget left, at scrape time: all of --grace until a stop
+//	                                                    begins, then counting down to 0 at its end (which a notice's
+//	                                                    deadline can bring in); absent in the sidecar
+//	lifeboat_trainer_restarts_total{reason}             trainer restarts in place (--restart on-failure), by how the
+//	                                                    trainer ended: oom (the OOM killer killed it), signal (another
+//	                                                    signal), exit_code (a non-zero exit)
+//	lifeboat_trainer_oom_kills_total                    trainer processes killed by the OOM killer in the trainer's
+//	                                                    memory cgroup (--memory-cgroup); 0 without one
+//	lifeboat_resume_step{source}                        step resumed from when lifeboat started; -1 when none (a
+//	                                                    restart in place does not change it)
+//	lifeboat_resume_duration_seconds{source}            how long that resume took
 //
 // plus the standard go_* and process_* collectors.
 package metrics

@@ -21,14 +21,15 @@ const Other = "other"
 // Label values accepted by IncNotice, IncRebalance, IncRestart and SetResume; anything
 // else becomes Other.
 var (
-	// NoticeSources are notice.Notice's sources, plus "signal" for a stop
-	// signal that arrived without a cloud notice.
+	// NoticeSources are notice.Notice's sources, plus "signal" for each
+	// stop signal received (the kubelet's TERM is the pod's notice).
 	NoticeSources = []string{"aws", "gcp", "url", "signal"}
 	// RebalanceSources are the notice sources that give rebalance
 	// recommendations.
 	RebalanceSources = []string{"aws"}
 	// RestartReasons say why a trainer was restarted: it exited with a
-	// non-zero code, was killed by a signal, or by the OOM killer.
+	// non-zero code, was killed by a signal, or by the OOM killer (which
+	// counts as oom, not signal).
 	RestartReasons = []string{"exit_code", "signal", "oom"}
 	// ResumeSources say where a resumed checkpoint came from: restored from
 	// the store by lifeboat, by an init container (lifeboat restore), found
@@ -122,7 +123,7 @@ func New(version string, opts ...Option) *Metrics {
 	m.interrupted = counter("lifeboat_checkpoints_interrupted_total", "Checkpoints never stored because their save was cut short (a writer died mid-save, or a format check found a file torn).")
 	m.notices = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lifeboat_preemption_notices_total",
-		Help: "Preemption notices received, by source (aws, gcp, url, signal, other).",
+		Help: "Preemption notices received, by source: one per cloud notice (aws, gcp, url, other) and one per stop signal received (signal).",
 	}, []string{"source"})
 	m.rebalances = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lifeboat_rebalance_recommendations_total",
@@ -130,19 +131,19 @@ func New(version string, opts ...Option) *Metrics {
 	}, []string{"source"})
 	m.restarts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lifeboat_trainer_restarts_total",
-		Help: "Trainer restarts, by reason (exit_code, signal, oom, other).",
+		Help: "Trainer restarts in place, by how the trainer ended (exit_code, signal, oom, other).",
 	}, []string{"reason"})
 	m.oomKills = counter("lifeboat_trainer_oom_kills_total", "Trainer processes killed by the kernel's OOM killer.")
 	m.resumeStep = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "lifeboat_resume_step",
-		Help: "Step the trainer resumed from (-1 for a fresh start), by where the checkpoint came from (store, init, local, none, other).",
+		Help: "Step the trainer resumed from when lifeboat started (-1 for a fresh start), by where the checkpoint came from (store, init, local, none, other).",
 	}, []string{"source"})
 	m.resumeDuration = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "lifeboat_resume_duration_seconds",
 		Help: "How long the resume (restore before the trainer started) took, by where the checkpoint came from.",
 	}, []string{"source"})
 	m.graceLeft = &funcGauge{desc: prometheus.NewDesc("lifeboat_grace_budget_left_seconds",
-		"Seconds left of the grace budget, at scrape time; absent until the budget is known.", nil, nil)}
+		"Seconds left of the grace budget, at scrape time: the whole grace period until a stop begins, then counting down to 0 at its end.", nil, nil)}
 
 	for _, s := range append(NoticeSources, Other) {
 		m.notices.WithLabelValues(s)
