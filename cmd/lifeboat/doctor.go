@@ -51,6 +51,9 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if code := parseCmd(fs, args, stderr); code >= 0 {
 		return code
 	}
+	if code := checkCmd("doctor", o.validate(), stderr); code >= 0 {
+		return code
+	}
 	log, ok := o.common.logger("doctor", stderr)
 	if !ok {
 		return 2

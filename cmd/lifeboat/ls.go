@@ -67,6 +67,9 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code := parseCmd(fs, args, stderr); code >= 0 {
 		return code
 	}
+	if code := checkCmd("ls", o.validate(), stderr); code >= 0 {
+		return code
+	}
 	s, err := o.store.open(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "lifeboat ls: %v\n", err)

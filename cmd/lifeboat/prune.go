@@ -32,6 +32,9 @@ func pruneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if code := parseCmd(fs, args, stderr); code >= 0 {
 		return code
 	}
+	if code := checkCmd("prune", o.validate(), stderr); code >= 0 {
+		return code
+	}
 	if o.keep < 1 {
 		fmt.Fprintf(stderr, "lifeboat prune: --keep (LIFEBOAT_KEEP) is %d; keep at least 1\n", o.keep)
 		return 2

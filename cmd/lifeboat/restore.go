@@ -38,6 +38,9 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if code := parseCmd(fs, args, stderr); code >= 0 {
 		return code
 	}
+	if code := checkCmd("restore", o.validate(), stderr); code >= 0 {
+		return code
+	}
 	log, ok := o.common.logger("restore", stderr)
 	if !ok {
 		return 2

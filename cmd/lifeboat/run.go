@@ -116,6 +116,9 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	if code := parseCmd(fs, args, stderr); code >= 0 {
 		return code
 	}
+	if code := checkCmd("run", o.validate(), stderr); code >= 0 {
+		return code
+	}
 	o.argv = fs.Args()
 	if len(o.argv) == 0 {
 		fmt.Fprintln(stderr, "lifeboat run: no command given: put it after --, as in `lifeboat run -- python train.py`")

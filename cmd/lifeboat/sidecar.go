@@ -37,6 +37,9 @@ func sidecarCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	if code := parseCmd(fs, args, stderr); code >= 0 {
 		return code
 	}
+	if code := checkCmd("sidecar", o.validate(), stderr); code >= 0 {
+		return code
+	}
 	log, ok := o.common.logger("sidecar", stderr)
 	if !ok {
 		return 2

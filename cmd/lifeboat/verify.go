@@ -26,6 +26,9 @@ func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if code := parseCmd(fs, args, stderr); code >= 0 {
 		return code
 	}
+	if code := checkCmd("verify", o.validate(), stderr); code >= 0 {
+		return code
+	}
 	if fs.NArg() > 1 {
 		fmt.Fprintln(stderr, "lifeboat verify: give at most one step")
 		return 2
