@@ -199,6 +199,21 @@ func feedMetrics(ctx context.Context, m *metrics.Metrics, p *pipeline, interval 
 	}
 }
 
+// recordSupervision wires m to what the supervisor reports: the grace
+// budget left (the whole --grace until a stop begins, then counting down to
+// its end), restarts by reason, OOM kills in the trainer's cgroup, and each
+// stop signal received, which is the pod's preemption notice (the kubelet's
+// TERM), counted with source "signal". It sets cfg.OnStop, so it runs
+// before anything that chains OnStop.
+func recordSupervision(cfg *supervisor.Config, m *metrics.Metrics) {
+	gc := &graceClock{grace: cfg.Grace}
+	cfg.OnStop = gc.set
+	m.SetGraceBudgetLeft(gc.left)
+	cfg.OnRestart = m.IncRestart
+	cfg.OnOOMKill = m.IncOOMKill
+	cfg.OnStopSignal = func(unix.Signal) { m.IncNotice("signal") }
+}
+
 // graceClock tracks the end of the grace budget for the metric.
 type graceClock struct {
 	grace time.Duration

@@ -230,15 +230,11 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptio
 	if cfg.Notices, err = obs.watchNotices(bg, m, cfg.Log); err != nil {
 		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: 2}
 	}
-	gc := &graceClock{grace: cfg.Grace}
-	cfg.OnStop = gc.set
+	recordSupervision(&cfg, m) // before coord.start, which chains OnStop
 	js, err := o.coord.start(bg, &cfg, p)
 	if err != nil {
 		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: pipelineExitCode(err, supervisor.CodeInternal)}
 	}
-	m.SetGraceBudgetLeft(gc.left)
-	cfg.OnRestart = m.IncRestart
-	cfg.OnOOMKill = m.IncOOMKill
 	if p != nil {
 		cfg.Reserve = p.agent.Reserve
 		cfg.BeforeRestart = p.beforeRestart
