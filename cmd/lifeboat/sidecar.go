@@ -66,7 +66,7 @@ func sidecarCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "lifeboat sidecar: %v\n", err)
-		return pipelineExitCode(err, 1)
+		return pipelineExitCode(err, supervisor.CodeInternal)
 	}
 	sigs := stopSignals(startup.handOff())
 	agentCtx, cancel := context.WithCancel(context.Background())
@@ -74,7 +74,7 @@ func sidecarCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	m, err := o.observe.startMetrics(agentCtx, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "lifeboat sidecar: %v\n", err)
-		return 2
+		return supervisor.CodeInternal
 	}
 	done := make(chan struct{})
 	go func() { p.agent.Run(agentCtx); close(done) }()

@@ -270,19 +270,24 @@ func TestValidateEndpointEnv(t *testing.T) {
 }
 
 // TestExitCodeRuntimeFailure: a store that cannot be reached is the
-// operation failing (1) for ls, verify, prune, restore and doctor, never
-// 2 (which says the command line is wrong) or 125.
+// operation failing: 1 for restore, ls, verify, prune and doctor, 125
+// (lifeboat's own failure, as for run) for sidecar; never 2, which says
+// the command line is wrong.
 func TestExitCodeRuntimeFailure(t *testing.T) {
-	for _, cmd := range []string{"ls", "verify", "prune", "restore", "doctor"} {
+	for _, cmd := range []string{"ls", "verify", "prune", "restore", "doctor", "sidecar"} {
 		args := []string{cmd, "--store", "s3://bucket/x", "--s3-endpoint", "http://127.0.0.1:1", "--s3-connect-timeout", "1s", "--s3-response-timeout", "1s"}
-		if cmd == "restore" {
+		want := 1
+		switch cmd {
+		case "restore":
 			args = append(args, "--dir", t.TempDir())
+		case "sidecar":
+			args, want = append(args, "--dir", t.TempDir()), 125
 		}
 		c := exec.Command(lifeboatBin, args...)
 		c.Env = append(cleanEnv(), "AWS_ACCESS_KEY_ID=k", "AWS_SECRET_ACCESS_KEY=s", "AWS_REGION=us-east-1")
 		out, _ := c.CombinedOutput()
-		if code := c.ProcessState.ExitCode(); code != 1 {
-			t.Errorf("%s against a closed port: exit %d, want 1; output %q", cmd, code, out)
+		if code := c.ProcessState.ExitCode(); code != want {
+			t.Errorf("%s against a closed port: exit %d, want %d; output %q", cmd, code, want, out)
 		}
 	}
 }
