@@ -512,6 +512,61 @@ var jobChecks = []struct {
 		}
 		return nil
 	}},
+	{"podFailurePolicy fails the Job on configuration errors, never on a preemption", func(p *pod) error {
+		pfp := p.job.Spec.PodFailurePolicy
+		if pfp == nil {
+			return errors.New("no podFailurePolicy")
+		}
+		// The first rule that matches decides: a preempted pod is ignored
+		// before any exit code can fail the Job.
+		disruptionAt, firstFail := -1, -1
+		failOn2 := map[string]bool{} // container name ("" for all) whose exit 2 fails the Job
+		for i, r := range pfp.Rules {
+			for _, pc := range r.OnPodConditions {
+				if pc.Type == corev1.DisruptionTarget && r.Action == batchv1.PodFailurePolicyActionIgnore && disruptionAt < 0 {
+					disruptionAt = i
+				}
+			}
+			if r.Action != batchv1.PodFailurePolicyActionFailJob {
+				continue
+			}
+			if firstFail < 0 {
+				firstFail = i
+			}
+			if len(r.OnPodConditions) > 0 {
+				for _, pc := range r.OnPodConditions {
+					if pc.Type == corev1.DisruptionTarget {
+						return fmt.Errorf("rule %d fails the Job on DisruptionTarget, a preemption", i)
+					}
+				}
+			}
+			if ec := r.OnExitCodes; ec != nil {
+				in := ec.Operator == batchv1.PodFailurePolicyOnExitCodesOpIn
+				if in == slices.Contains(ec.Values, 143) {
+					return fmt.Errorf("rule %d fails the Job on exit code 143, lifeboat's preemption code", i)
+				}
+				if in && slices.Contains(ec.Values, 2) || !in && !slices.Contains(ec.Values, 2) {
+					name := ""
+					if ec.ContainerName != nil {
+						name = *ec.ContainerName
+					}
+					failOn2[name] = true
+				}
+			}
+		}
+		if firstFail >= 0 && (disruptionAt < 0 || disruptionAt > firstFail) {
+			return fmt.Errorf("rule %d fails the Job before the rule that ignores DisruptionTarget: a preempted pod could fail the Job", firstFail)
+		}
+		for _, lp := range p.procs {
+			if lp.sidecar {
+				continue // restarted in place by the kubelet: it never fails the pod
+			}
+			if !failOn2[lp.c.Name] && !failOn2[""] {
+				return fmt.Errorf("no rule `action: FailJob` on exit code 2 of container %s (lifeboat %s): a bad flag or LIFEBOAT_* value would be retried until backoffLimit", lp.c.Name, lp.sub)
+			}
+		}
+		return nil
+	}},
 	{"lifeboat is the trainer's ENTRYPOINT", func(p *pod) error {
 		for _, lp := range p.runProcs {
 			if len(lp.c.Command) > 0 {
@@ -780,6 +835,21 @@ func TestJobChecksCatch(t *testing.T) {
 		{"no DisruptionTarget rule", "job.yaml", "DisruptionTarget", func(j *batchv1.Job) {
 			r := j.Spec.PodFailurePolicy.Rules
 			j.Spec.PodFailurePolicy.Rules = append(r[:1:1], r[2:]...)
+		}},
+		{"FailJob on 143", "job.yaml", "fails the Job on exit code 143", func(j *batchv1.Job) {
+			r := &j.Spec.PodFailurePolicy.Rules[2]
+			r.OnExitCodes.Values = append(r.OnExitCodes.Values, 143)
+		}},
+		{"FailJob before DisruptionTarget", "job.yaml", "before the rule that ignores DisruptionTarget", func(j *batchv1.Job) {
+			r := j.Spec.PodFailurePolicy.Rules
+			r[1], r[2] = r[2], r[1]
+		}},
+		{"configuration error retried", "job.yaml", "exit code 2 of container trainer", func(j *batchv1.Job) {
+			j.Spec.PodFailurePolicy.Rules[2].OnExitCodes.Values = []int32{126, 127}
+		}},
+		{"restore's configuration error retried", "job-init-restore.yaml", "exit code 2 of container restore", func(j *batchv1.Job) {
+			r := j.Spec.PodFailurePolicy.Rules
+			j.Spec.PodFailurePolicy.Rules = r[:len(r)-1]
 		}},
 		{"restart policy", "job.yaml", "requires Never", func(j *batchv1.Job) { j.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyOnFailure }},
 		{"dir not mounted", "job.yaml", "no mountPath", func(j *batchv1.Job) { setEnv(&j.Spec.Template.Spec.Containers[0], "LIFEBOAT_DIR", "/data") }},
