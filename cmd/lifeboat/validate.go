@@ -107,12 +107,14 @@ func (o *storeOptions) validate() error {
 		return bad("s3-region", o.region, "a region is a name such as us-east-1")
 	}
 	if o.caFile != "" {
-		b, err := os.ReadFile(o.caFile)
-		if err != nil {
-			return bad("s3-ca-file", o.caFile, "it cannot be read: "+unwrapPathError(err))
+		if what := checkCAFile(o.caFile); what != "" {
+			return bad("s3-ca-file", o.caFile, what)
 		}
-		if !x509.NewCertPool().AppendCertsFromPEM(b) {
-			return bad("s3-ca-file", o.caFile, "it holds no PEM certificate")
+	} else if loc, err := storage.ParseURL(o.url); err == nil && loc.Scheme == "s3" {
+		if f := os.Getenv("AWS_CA_BUNDLE"); f != "" {
+			if what := checkCAFile(f); what != "" {
+				return usageError{fmt.Errorf("AWS_CA_BUNDLE=%q (the default of --s3-ca-file, LIFEBOAT_S3_CA_FILE): %s", f, what)}
+			}
 		}
 	}
 	if o.uploadLimit != "" {
@@ -122,6 +124,18 @@ func (o *storeOptions) validate() error {
 	}
 	return firstErr(positive("s3-connect-timeout", o.connectTimeout), positive("s3-response-timeout", o.responseTimeout),
 		positive("s3-stall-timeout", o.stallTimeout))
+}
+
+// checkCAFile says what is wrong with a PEM file of CAs, or "".
+func checkCAFile(name string) string {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return "it cannot be read: " + unwrapPathError(err)
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(b) {
+		return "it holds no PEM certificate"
+	}
+	return ""
 }
 
 // checkEndpoint says what is wrong with an S3 endpoint URL, or nil.

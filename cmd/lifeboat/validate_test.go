@@ -269,6 +269,19 @@ func TestValidateEndpointEnv(t *testing.T) {
 	}
 }
 
+// TestValidateCABundleEnv: an AWS_CA_BUNDLE that holds no certificate is
+// a usage error before the store is opened.
+func TestValidateCABundleEnv(t *testing.T) {
+	for _, f := range []string{"/nonexistent/ca.pem", "/etc/passwd"} {
+		c := exec.Command(lifeboatBin, "ls", "--store", "s3://bucket/x")
+		c.Env = append(cleanEnv(), "AWS_CA_BUNDLE="+f, "AWS_ENDPOINT_URL=https://127.0.0.1:1")
+		out, _ := c.CombinedOutput()
+		if code := c.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), "AWS_CA_BUNDLE") || !strings.Contains(string(out), "--s3-ca-file") {
+			t.Errorf("AWS_CA_BUNDLE=%s: exit %d, output %q; want exit 2 naming the variable and --s3-ca-file", f, code, out)
+		}
+	}
+}
+
 // TestExitCodeRuntimeFailure: a store that cannot be reached is the
 // operation failing: 1 for restore, ls, verify, prune and doctor, 125
 // (lifeboat's own failure, as for run) for sidecar; never 2, which says
