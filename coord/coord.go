@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/storage"
@@ -117,6 +118,8 @@ type Coordinator struct {
 
 	mu     sync.Mutex
 	joined *Stop
+	begun  atomic.Bool   // Begin was called
+	stored chan struct{} // closed when Begin's record is stored, or not needed
 
 	// Run's own.
 	phase     phase
@@ -142,7 +145,7 @@ func New(cfg Config) (*Coordinator, error) {
 			return nil, fmt.Errorf("coord: remove an earlier run's stop files: %w", err)
 		}
 	}
-	return &Coordinator{cfg: cfg, begin: make(chan local, 1), peer: make(chan Stop, 1), warned: map[string]bool{}}, nil
+	return &Coordinator{cfg: cfg, begin: make(chan local, 1), peer: make(chan Stop, 1), stored: make(chan struct{}), warned: map[string]bool{}}, nil
 }
 
 // Begin says a stop began on this rank (a signal, a cloud notice, the
@@ -150,7 +153,10 @@ func New(cfg Config) (*Coordinator, error) {
 // call counts; it never blocks. A stop this rank began because it saw
 // another rank's record is not written again.
 func (c *Coordinator) Begin(reason string, deadline time.Time) {
-	c.once.Do(func() { c.begin <- local{reason: reason, deadline: deadline, at: c.cfg.Now()} })
+	c.once.Do(func() {
+		c.begun.Store(true)
+		c.begin <- local{reason: reason, deadline: deadline, at: c.cfg.Now()}
+	})
 }
 
 // Peer delivers the other rank's stop that this rank must follow; at
@@ -166,6 +172,23 @@ func (c *Coordinator) Joined() (Stop, bool) {
 		return Stop{}, false
 	}
 	return *c.joined, true
+}
+
+// Settle waits until the stop record of a stop that began on this rank
+// is stored, or ctx ends: lifeboat may exit a moment after its stop began
+// (a trainer that dies at SIGTERM, nothing left to upload), and the other
+// ranks must still see the record. It returns at once when no stop began
+// here, or this rank followed another's.
+func (c *Coordinator) Settle(ctx context.Context) error {
+	if !c.begun.Load() {
+		return nil
+	}
+	select {
+	case <-c.stored:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("coord: this rank's stop record is not stored: %w", context.Cause(ctx))
+	}
 }
 
 func (c *Coordinator) setJoined(s Stop) {
@@ -286,7 +309,8 @@ func (c *Coordinator) listStops(ctx context.Context) ([]string, error) {
 // beginLocal starts this rank's own stop: the stop file, then the record.
 func (c *Coordinator) beginLocal(ctx context.Context, l local) {
 	if c.phase != watching {
-		return // following another rank's stop already
+		close(c.stored) // following another rank's stop already: nothing to store
+		return
 	}
 	c.phase, c.since = stopping, l.at
 	c.own = Stop{ID: StopID(l.at, c.cfg.Rank), Rank: c.cfg.Rank, Host: c.cfg.Host, Reason: l.reason, Written: l.at, Deadline: l.deadline}
@@ -307,6 +331,7 @@ func (c *Coordinator) writeOwn(ctx context.Context) {
 		return
 	}
 	c.ownStored = true
+	close(c.stored)
 	c.cfg.Log.Info("coord.stop_written", "id", c.own.ID, "rank", c.own.Rank, "host", c.own.Host, "reason", c.own.Reason,
 		"deadline", c.own.Deadline.Format(time.RFC3339Nano), "effect", "every other rank stops too")
 }

@@ -527,3 +527,48 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestSettle: Settle returns once this rank's record is stored (a slow
+// store), at once when no stop began here or the rank followed another's,
+// and with an error when its context ends first.
+func TestSettle(t *testing.T) {
+	noLeaks(t)
+	inner := mem.New()
+	release := make(chan struct{})
+	st := &mem.FaultStore{Inner: inner,
+		OnPut: func(ctx context.Context, key string, r io.Reader, size int64, opts storage.PutOptions) (storage.ObjectInfo, error) {
+			if strings.HasPrefix(key, StopPrefix) {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return storage.ObjectInfo{}, ctx.Err()
+				}
+			}
+			return inner.Put(ctx, key, r, size, opts)
+		},
+	}
+	rs := startRanks(t, st, 2, time.Now(), time.Minute, 0, 1)
+	if err := rs[0].Settle(context.Background()); err != nil {
+		t.Fatalf("Settle without a stop: %v", err)
+	}
+	rs[0].Begin("SIGTERM", time.Time{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := rs[0].Settle(ctx); err == nil {
+		t.Fatal("Settle returned before the record was stored")
+	}
+	close(release)
+	if err := rs[0].Settle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	_ = inner.List(context.Background(), StopPrefix, func(storage.ObjectInfo) error { n++; return nil })
+	if n != 1 {
+		t.Fatalf("%d records stored when Settle returned, want 1", n)
+	}
+	<-rs[1].Peer()
+	rs[1].Begin("SIGTERM", time.Time{}) // the stop it follows
+	if err := rs[1].Settle(context.Background()); err != nil {
+		t.Fatalf("Settle on a follower: %v", err)
+	}
+}
