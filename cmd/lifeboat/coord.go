@@ -54,6 +54,7 @@ type jobStop struct {
 	c      *coord.Coordinator
 	log    *slog.Logger
 	notice atomic.Pointer[supervisor.Notice] // the last cloud notice relayed
+	end    atomic.Int64                      // the grace budget's end (Unix ns); 0 before a stop
 }
 
 // start wires the job-wide stop into cfg when it applies (a store, more
@@ -80,6 +81,7 @@ func (o *coordOptions) start(ctx context.Context, cfg *supervisor.Config, p *pip
 		if onStop != nil {
 			onStop(end)
 		}
+		j.end.Store(end.UnixNano())
 		c.Begin(j.reason(stops, maxRuntime), end) // only the first call counts
 	}
 	cfg.Env = supervisor.MergeEnv(cfg.Env, []string{"LIFEBOAT_STOP_FILE=" + filepath.Join(p.dir, coord.StopFile)})
@@ -153,9 +155,20 @@ func lastStopSignal(e *earlySignals, stops []unix.Signal) unix.Signal {
 // lifeboat exits with the preemption code (143), not 137. A rank blocked
 // in a collective whose peer is gone can only be stopped that way, and the
 // Job must retry the whole gang instead of counting a failure.
+//
+// It first waits, until the grace budget ends, for a stop record this
+// rank is writing: the other ranks must see it even when lifeboat is done
+// a moment after its stop began.
 func (j *jobStop) exit(err error, cfg supervisor.Config) error {
 	if j == nil {
 		return err
+	}
+	if end := j.end.Load(); end != 0 {
+		ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, end).Add(-supervisor.ExitMargin))
+		if serr := j.c.Settle(ctx); serr != nil {
+			j.log.Warn("coord.stop_not_stored", "err", serr, "effect", "the other ranks are not stopped through the store")
+		}
+		cancel()
 	}
 	s, joined := j.c.Joined()
 	var ee *supervisor.ExitError

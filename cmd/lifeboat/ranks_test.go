@@ -470,3 +470,39 @@ func TestCoordFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestStopRecordOutlivesAQuickExit: a trainer without a SIGTERM handler
+// dies at once, and its lifeboat has nothing left to upload; the stop
+// record is still stored before lifeboat exits, so the other rank stops.
+func TestStopRecordOutlivesAQuickExit(t *testing.T) {
+	sk := storeKinds()[1]
+	url, env := sk.url(t), sk.env(t)
+	var ps []*lb
+	for i := range 2 {
+		p := startEnv(t, "plain", append(env, "LIFEBOAT_COORD_INTERVAL=200ms"), "run", "--store", url, "--dir", t.TempDir(),
+			"--rank", strconv.Itoa(i), "--world-size", "2", "--grace", "5s", "--log-format", "json", "--", "sleep", "1000")
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		waitLog(t, p, `"msg":"supervisor.started"`)
+		// A lifeboat that fails the test is SIGKILLed, and its trainer
+		// would keep the test's pipes open.
+		for _, rec := range logRecords(p.stderr.String()) {
+			if pid, ok := rec["pid"].(float64); ok && rec["msg"] == "supervisor.started" {
+				t.Cleanup(func() { _ = syscall.Kill(int(pid), syscall.SIGKILL) })
+			}
+		}
+	}
+	start := time.Now()
+	ps[0].signal(syscall.SIGTERM)
+	for i, p := range ps {
+		select {
+		case <-p.done:
+		case <-time.After(time.Until(start.Add(10 * time.Second))):
+			t.Fatalf("rank %d did not stop; stderr:\n%s", i, tail(p.stderr.String()))
+		}
+		if p.code != 143 {
+			t.Errorf("rank %d exited %d, want 143; stderr:\n%s", i, p.code, tail(p.stderr.String()))
+		}
+	}
+}
