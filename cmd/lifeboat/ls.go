@@ -33,7 +33,12 @@ type lsEntry struct {
 	Ranks     []int     `json:"ranks"`
 	WorldSize int       `json:"world_size"`
 	Bytes     int64     `json:"bytes"`
-	Complete  bool      `json:"complete"`
+	// Complete: every rank's manifest is there, decodes, and the ranks
+	// provably describe one iteration (docs/FORMAT.md); Incomplete says
+	// why not ("missing ranks 1,3", "rank 1 is a counter checkpoint:
+	// ranks cannot be paired").
+	Complete   bool   `json:"complete"`
+	Incomplete string `json:"incomplete,omitempty"`
 	// Restorable: nothing ls found keeps the step from being restored:
 	// it is complete, every manifest decodes and, with --check, every
 	// chunk is stored with its size. (Content is verify's; whether it fits
@@ -60,10 +65,12 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"changed after it was committed is stored again as revision 1, 2, ..., and each rank's\n"+
 		"highest revision is what a restore takes. KIND is named, or counter for a checkpoint the\n"+
 		"trainer did not number, stored as a revision of the named step it follows. STATE is\n"+
-		"complete, incomplete (ranks missing: an upload in progress, or one that died),\n"+
-		"bad-manifest (a manifest does not decode), or with --check missing-chunks or\n"+
-		"wrong-size-chunks; a restore skips every state but complete. ls reads the manifests\n"+
-		"only; --check also lists every chunk once (lifeboat verify reads their content).")
+		"complete, incomplete (ranks missing: an upload in progress, or one that died; or ranks\n"+
+		"that cannot be paired: a rank's snapshot is a counter checkpoint, whose iteration no\n"+
+		"other rank's is known to match), bad-manifest (a manifest does not decode), or with\n"+
+		"--check missing-chunks or wrong-size-chunks; a restore skips every state but complete.\n"+
+		"WHY says why a step is not complete. ls reads the manifests only; --check also lists\n"+
+		"every chunk once (lifeboat verify reads their content).")
 	if code := parseCmd(fs, args, stderr); code >= 0 {
 		return code
 	}
@@ -86,7 +93,7 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	entries := make([]lsEntry, 0, len(snaps))
 	for _, sn := range snaps {
-		e := lsEntry{Step: sn.Step, Revision: sn.Revision, Counter: sn.Counter, Created: sn.Created, WorldSize: sn.WorldSize, Bytes: sn.Bytes, Complete: sn.Complete,
+		e := lsEntry{Step: sn.Step, Revision: sn.Revision, Counter: sn.Counter, Created: sn.Created, WorldSize: sn.WorldSize, Bytes: sn.Bytes, Complete: sn.Complete, Incomplete: sn.Incomplete,
 			Restorable: sn.Restorable(), ChunksChecked: sn.ChunksChecked, MissingChunks: sn.MissingChunks, WrongSizeChunks: sn.WrongSizeChunks, IDs: []string{}, Ranks: []int{}}
 		for _, r := range sn.Ranks {
 			e.Ranks = append(e.Ranks, r.Rank)
@@ -108,7 +115,7 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "STEP\tREV\tKIND\tCREATED\tRANKS\tBYTES\tSTATE\tID")
+	fmt.Fprintln(tw, "STEP\tREV\tKIND\tCREATED\tRANKS\tBYTES\tSTATE\tID\tWHY")
 	for _, e := range entries {
 		state := e.state()
 		kind := "named"
@@ -119,7 +126,11 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if len(e.IDs) > 0 {
 			id = e.IDs[0]
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d/%d\t%d\t%s\t%s\n", e.Step, e.Revision, kind, e.Created.UTC().Format(time.RFC3339), len(e.Ranks), e.WorldSize, e.Bytes, state, id)
+		why := e.Incomplete
+		if why == "" {
+			why = "-"
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%s\n", e.Step, e.Revision, kind, e.Created.UTC().Format(time.RFC3339), len(e.Ranks), e.WorldSize, e.Bytes, state, id, why)
 	}
 	return exitOnErr(tw.Flush(), "ls", stderr)
 }
@@ -130,7 +141,7 @@ func (e lsEntry) state() string {
 	switch {
 	case len(e.Errors) > 0:
 		return "bad-manifest"
-	case len(e.Ranks) < e.WorldSize:
+	case !e.Complete:
 		return "incomplete"
 	case e.MissingChunks > 0:
 		return "missing-chunks"

@@ -40,6 +40,7 @@ type checkpointOptions struct {
 	marker       string
 	stepPattern  string
 	restore      string
+	restoreRanks string
 	workers      int
 	exclude      string
 	markerOnly   bool
@@ -57,12 +58,28 @@ func (o *checkpointOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.marker, "marker", watch.DefaultMarker, "file whose presence marks a directory as a complete checkpoint; its content is the step")
 	fs.StringVar(&o.stepPattern, "step-pattern", watch.DefaultStepPattern.String(), "regular expression whose first group is the step in a checkpoint's name")
 	fs.StringVar(&o.restore, "restore", "auto", "auto: restore the newest complete checkpoint into --dir before starting; never: start fresh")
+	fs.StringVar(&o.restoreRanks, "restore-ranks", "own", restoreRanksUsage)
 	fs.StringVar(&o.exclude, "exclude", strings.Join(watch.DefaultExclude, ","),
 		"comma-separated globs of files under --dir that are never part of a checkpoint (logs, temporary files); empty: none")
 	fs.BoolVar(&o.markerOnly, "marker-only", false, "only directories holding the --marker file are checkpoints (otherwise this holds from the first marker seen)")
 	fs.StringVar(&o.verifyFormat, "verify-format", "auto",
 		"auto: a pickle, zip or safetensors file that is not whole makes its checkpoint an interrupted save, never committed or resumed; off: no format checks")
 	fs.IntVar(&o.workers, "workers", 0, fmt.Sprintf("parallel chunk uploads and downloads; 0: %d uploads, %d downloads", checkpoint.DefaultUploadWorkers, checkpoint.DefaultDownloadWorkers))
+}
+
+const restoreRanksUsage = "own: restore this rank's files of the newest complete checkpoint of this world size; " +
+	"all: every rank's files of the newest complete checkpoint of any world size, each under --dir/" + checkpoint.RanksDir + "/rank-NNNNN/ " +
+	"(for formats that reshard on load, such as Paddle's save_state_dict), with LIFEBOAT_RESUME_DIR pointing there"
+
+// allRanks reads --restore-ranks: own (false) or all (true).
+func allRanks(v string) (bool, error) {
+	switch v {
+	case "own", "":
+		return false, nil
+	case "all":
+		return true, nil
+	}
+	return false, usageError{fmt.Errorf("--restore-ranks (LIFEBOAT_RESTORE_RANKS) is %q; use own or all", v)}
 }
 
 // resumeFile is written into --dir by a restore, for a trainer started
@@ -90,16 +107,18 @@ func (r *resume) env() []string {
 // restoreLatest restores the newest complete checkpoint of rank into dir,
 // falling back to older ones on corruption. nil, nil means there is none:
 // a fresh start.
-func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, log *slog.Logger, progressTo io.Writer) (*resume, error) {
-	return restoreLatestEvery(ctx, s, dir, ro, workers, log, progressTo, 5*time.Second)
+func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, all bool, log *slog.Logger, progressTo io.Writer) (*resume, error) {
+	return restoreLatestEvery(ctx, s, dir, ro, workers, all, log, progressTo, 5*time.Second)
 }
 
 // restoreLatestEvery is restoreLatest reporting progress to progressTo (a
-// bar on a terminal) or, every interval, to log.
-func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, log *slog.Logger, progressTo io.Writer, interval time.Duration) (*resume, error) {
+// bar on a terminal) or, every interval, to log. With all, it restores
+// every rank's files of the newest complete step of any world size into
+// --dir/.lifeboat-ranks (checkpoint.RestoreOptions.AllRanks).
+func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, all bool, log *slog.Logger, progressTo io.Writer, interval time.Duration) (*resume, error) {
 	t0 := time.Now()
 	pr := newProgress(progressTo, log, interval)
-	res, err := checkpoint.RestoreLatest(ctx, s, ro.rank, dir, checkpoint.RestoreOptions{WorldSize: ro.worldSize, Workers: workers, Log: log, Progress: pr.update})
+	res, err := checkpoint.RestoreLatest(ctx, s, ro.rank, dir, checkpoint.RestoreOptions{WorldSize: ro.worldSize, Workers: workers, Log: log, Progress: pr.update, AllRanks: all})
 	pr.stop()
 	if res != nil {
 		for _, f := range res.Fallbacks {
@@ -122,7 +141,7 @@ func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro ran
 		if other := otherWorldSizes(ctx, s, ro.worldSize); other != "" {
 			log.Warn("resume.fresh_start", "store", s.String(), "reason", "no complete checkpoint for world size "+strconv.Itoa(ro.worldSize),
 				"complete_for_world_sizes", other,
-				"hint", "run with the world size those steps were saved with (--world-size), or start this world size fresh on purpose with --restore never")
+				"hint", "run with the world size those steps were saved with (--world-size); or, if the format reshards on load, load every old rank's files with --restore-ranks all; or start this world size fresh on purpose with --restore never")
 		} else {
 			log.Info("resume.fresh_start", "store", s.String(), "reason", err.Error())
 		}
@@ -131,9 +150,12 @@ func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro ran
 	case err != nil:
 		return nil, fmt.Errorf("restore from %s into %s: %w", s, dir, err)
 	}
-	r := &resume{Dir: filepath.Join(dir, commonDir(res.Manifest)), Step: res.Step, ID: res.Manifest.ID}
+	r := &resume{Dir: filepath.Join(res.Dir, commonDir(res.Manifest)), Step: res.Step, ID: res.Manifest.ID}
+	if all {
+		r.Dir = res.Dir // the directory holding the rank-NNNNN subdirectories
+	}
 	for _, f := range res.Manifest.Files {
-		r.Files = append(r.Files, f.Path)
+		r.Files = append(r.Files, relTo(dir, res.Dir, f.Path))
 	}
 	b, _ := json.Marshal(r)
 	if err := os.WriteFile(filepath.Join(dir, resumeFile), append(b, '\n'), 0o644); err != nil {
@@ -143,6 +165,16 @@ func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro ran
 	log.Info("resume.restored", "step", res.Step, "rank", ro.rank, "files", res.Files, "bytes", res.Bytes,
 		"seconds", el.Seconds(), "mb_per_s", float64(res.Bytes)/1e6/max(el.Seconds(), 1e-9), "dir", r.Dir, "id", r.ID)
 	return r, nil
+}
+
+// relTo is the slash path of p, relative to sub (a directory in dir),
+// relative to dir.
+func relTo(dir, sub, p string) string {
+	rel, err := filepath.Rel(dir, sub)
+	if err != nil || rel == "." {
+		return p
+	}
+	return path.Join(filepath.ToSlash(rel), p)
 }
 
 // readResumeFile reads what an earlier restore (an init container's)
@@ -182,14 +214,15 @@ func commonDir(m *checkpoint.Manifest) string {
 // pipeline is the checkpoint machinery of one lifeboat: the store, what was
 // restored, and the agent that uploads.
 type pipeline struct {
-	store   storage.Store
-	agent   *agent.Agent
-	resume  *resume
-	env     []string // for the trainer
-	dir     string
-	ranks   rankOptions
-	workers int
-	log     *slog.Logger
+	store    storage.Store
+	agent    *agent.Agent
+	resume   *resume
+	env      []string // for the trainer
+	dir      string
+	ranks    rankOptions
+	workers  int
+	allRanks bool // --restore-ranks all
+	log      *slog.Logger
 	// resumeSource is "store" (restored here), "init" (by an init
 	// container) or "none"; resumeSeconds how long the restore took.
 	resumeSource  string
@@ -204,7 +237,7 @@ func (p *pipeline) beforeRestart(ctx context.Context, attempt int) ([]string, er
 	if err := p.agent.Sync(ctx); err != nil {
 		p.log.Warn("resume.sync_failed", "err", err, "effect", "restarting from the newest committed checkpoint")
 	}
-	r, err := restoreLatest(ctx, p.store, p.dir, p.ranks, p.workers, p.log, io.Discard)
+	r, err := restoreLatest(ctx, p.store, p.dir, p.ranks, p.workers, p.allRanks, p.log, io.Discard)
 	if err != nil {
 		return nil, err
 	}
@@ -248,6 +281,10 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	if co.restore != "auto" && co.restore != "never" {
 		return nil, fmt.Errorf("--restore (LIFEBOAT_RESTORE) is %q; use auto or never", co.restore)
 	}
+	all, err := allRanks(co.restoreRanks)
+	if err != nil {
+		return nil, err
+	}
 	pattern, err := regexp.Compile(co.stepPattern)
 	if err != nil {
 		return nil, fmt.Errorf("--step-pattern (LIFEBOAT_STEP_PATTERN) %q: %v", co.stepPattern, err)
@@ -272,7 +309,7 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	if err != nil {
 		return nil, err
 	}
-	p := &pipeline{store: s, dir: dir, ranks: ro, workers: co.workers, log: log}
+	p := &pipeline{store: s, dir: dir, ranks: ro, workers: co.workers, allRanks: all, log: log}
 	if !co.sidecar {
 		removed, err := checkpoint.RemoveStaleRestores(dir)
 		if len(removed) > 0 {
@@ -315,7 +352,7 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 			break
 		}
 		t0 := time.Now()
-		p.resume, err = restoreLatest(ctx, s, dir, ro, co.workers, log, progressTo)
+		p.resume, err = restoreLatest(ctx, s, dir, ro, co.workers, all, log, progressTo)
 		if err != nil {
 			return nil, err
 		}

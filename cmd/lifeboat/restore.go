@@ -15,13 +15,14 @@ import (
 // restoreOptions are the flags of `lifeboat restore`, the init-container
 // form of resume.
 type restoreOptions struct {
-	common   commonOptions
-	store    storeOptions
-	ranks    rankOptions
-	dir      string
-	step     int64
-	workers  int
-	interval time.Duration
+	common       commonOptions
+	store        storeOptions
+	ranks        rankOptions
+	dir          string
+	restoreRanks string // --restore-ranks: own or all
+	step         int64
+	workers      int
+	interval     time.Duration
 }
 
 func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -32,6 +33,7 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	o.ranks.register(fs)
 	fs.StringVar(&o.dir, "dir", "", "directory to restore into (the trainer's checkpoint directory)")
 	fs.Int64Var(&o.step, "step", -1, "restore this step instead of the newest complete one")
+	fs.StringVar(&o.restoreRanks, "restore-ranks", "own", restoreRanksUsage)
 	fs.IntVar(&o.workers, "workers", checkpoint.DefaultDownloadWorkers, "parallel chunk downloads")
 	fs.DurationVar(&o.interval, "progress-interval", 5*time.Second, "how often progress is logged when stderr is not a terminal (a terminal gets a bar)")
 	fs.Usage = flagUsage(fs, stderr, "lifeboat restore --store URL --dir DIR [flags]")
@@ -50,6 +52,11 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 	if err := o.ranks.resolve(os.Getenv); err != nil {
+		fmt.Fprintf(stderr, "lifeboat restore: %v\n", err)
+		return 2
+	}
+	all, err := allRanks(o.restoreRanks)
+	if err != nil {
 		fmt.Fprintf(stderr, "lifeboat restore: %v\n", err)
 		return 2
 	}
@@ -76,7 +83,11 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	if o.step >= 0 {
 		pr := newProgress(stderr, log, o.interval)
-		res, err := checkpoint.Restore(ctx, s, o.step, o.ranks.rank, o.dir, checkpoint.RestoreOptions{WorldSize: o.ranks.worldSize, Workers: o.workers, Log: log, Progress: pr.update})
+		ws := o.ranks.worldSize
+		if all {
+			ws = 0 // the step's own world size
+		}
+		res, err := checkpoint.Restore(ctx, s, o.step, o.ranks.rank, o.dir, checkpoint.RestoreOptions{WorldSize: ws, Workers: o.workers, Log: log, Progress: pr.update, AllRanks: all})
 		pr.stop()
 		if code, ok := stopped("restore", err); ok {
 			return code
@@ -85,10 +96,10 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintf(stderr, "lifeboat restore: step %d: %v\n", o.step, err)
 			return 1
 		}
-		fmt.Fprintf(stdout, "restored step %d (%d files, %d bytes) into %s\n", res.Step, res.Files, res.Bytes, o.dir)
+		fmt.Fprintf(stdout, "restored step %d (%d files, %d bytes) into %s\n", res.Step, res.Files, res.Bytes, res.Dir)
 		return 0
 	}
-	r, err := restoreLatestEvery(ctx, s, o.dir, o.ranks, o.workers, log, stderr, o.interval)
+	r, err := restoreLatestEvery(ctx, s, o.dir, o.ranks, o.workers, all, log, stderr, o.interval)
 	if code, ok := stopped("restore", err); ok {
 		return code
 	}
