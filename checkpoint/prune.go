@@ -123,14 +123,12 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 			}
 			break
 		}
-		var ms []*Manifest
-		switch v, _ := g.judge(); v {
-		case verdictMissing, verdictNotPaired:
+		if v, _ := g.judge(); v == verdictMissing || v == verdictNotPaired {
 			continue // not complete: kept while newer than a kept step
-		case verdictComplete:
-			for _, m := range g.manifests {
-				ms = append(ms, m)
-			}
+		}
+		var ms []*Manifest // those that decode
+		for _, m := range g.manifests {
+			ms = append(ms, m)
 		}
 		missing, wrongSize := stored.check(ms)
 		if len(ms) < g.worldSize || missing > 0 || wrongSize > 0 {
