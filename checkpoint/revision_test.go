@@ -290,3 +290,34 @@ func TestManifestRevisionMatchesKey(t *testing.T) {
 		t.Errorf("RestoreLatest = %+v, %v; want step 1 after step 2's revision 2 is found corrupt", rr, err)
 	}
 }
+
+// TestGenerationIsPartOfARevision: the same files saved in another job-wide
+// save generation, or once named and once as a counter checkpoint, are a
+// new revision: what pairs the ranks is recorded, not taken from the older
+// manifest.
+func TestGenerationIsPartOfARevision(t *testing.T) {
+	defer verifyNone(t)
+	ctx := context.Background()
+	s := mem.New()
+	dir := t.TempDir()
+	writeTree(t, dir, sampleTree(31))
+	for i, tc := range []struct {
+		target  Target
+		rev     int
+		already bool
+	}{
+		{Target{Step: 7, WorldSize: 1}, 0, false},
+		{Target{Step: 7, WorldSize: 1, Generation: "g1"}, 1, false},
+		{Target{Step: 7, WorldSize: 1, Generation: "g1"}, 1, true},
+		{Target{Step: 7, WorldSize: 1, Generation: "g1", Counter: true}, 2, false},
+	} {
+		res, err := newUploader(s, nil).Upload(ctx, dir, tc.target)
+		if err != nil {
+			t.Fatalf("commit %d: %v", i, err)
+		}
+		if res.Revision != tc.rev || res.AlreadyCommitted != tc.already || res.Manifest.Generation != tc.target.Generation {
+			t.Errorf("commit %d: revision %d already %v generation %q; want %d %v %q", i, res.Revision, res.AlreadyCommitted,
+				res.Manifest.Generation, tc.rev, tc.already, tc.target.Generation)
+		}
+	}
+}

@@ -454,7 +454,12 @@ func splitList(v string) []string {
 // uploaded and resumed instead. Newer means a higher step when both are
 // named by the trainer, otherwise changed after the snapshot was taken.
 // Its files must pass their format checks: a torn save is not resumed.
+// Only for a single rank: one rank of several cannot know that its peers
+// hold the same newer step, and resuming it alone would pair iterations.
 func newerLocal(w *watch.Watcher, snaps []checkpoint.Snapshot, ro rankOptions, verify bool, log *slog.Logger) *watch.Ready {
+	if ro.worldSize > 1 {
+		return nil
+	}
 	ready, err := w.Scan(true)
 	if err != nil || len(ready) == 0 {
 		return nil
@@ -463,7 +468,8 @@ func newerLocal(w *watch.Watcher, snaps []checkpoint.Snapshot, ro rankOptions, v
 	w.Number(&l)
 	var latest *checkpoint.Snapshot
 	for i := range snaps {
-		if sn := &snaps[i]; sn.Complete && sn.WorldSize == ro.worldSize {
+		// The newest in time, as restore and prune order them.
+		if sn := &snaps[i]; sn.Complete && sn.WorldSize == ro.worldSize && (latest == nil || sn.Created.After(latest.Created)) {
 			latest = sn
 		}
 	}
