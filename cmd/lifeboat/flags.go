@@ -128,9 +128,6 @@ func (e *valueError) via() string {
 
 func (e *valueError) Unwrap() error { return e.err }
 
-// envError is the name isParseError knows a bad value by.
-type envError = valueError
-
 // plainParseError turns strconv's and time's errors into a sentence
 // saying what the flag takes.
 func plainParseError(err error, kind string) string {

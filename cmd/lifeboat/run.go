@@ -270,11 +270,3 @@ func exitCode(err error, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "lifeboat: %v\n", err)
 	return supervisor.CodeInternal
 }
-
-// isParseError reports whether the flag package already printed err.
-func isParseError(err error) bool {
-	// flag.ContinueOnError prints its own message before returning; errors
-	// from environment variables are ours and not yet printed.
-	var envErr *envError
-	return !errors.As(err, &envErr)
-}
