@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"io"
+	"sync/atomic"
+
+	"github.com/lifeboat-project/lifeboat/storage"
+)
+
+// pageKeys is how many keys one LIST response holds: S3's ListObjectsV2
+// returns at most 1,000 (MinIO the same).
+const pageKeys = 1000
+
+// counts is a tally of store requests by kind. LIST pages are computed
+// from the keys each List call returned (one page per pageKeys keys, at
+// least one): the Store interface hides the pages of a listing.
+type counts struct {
+	Put, Get, Stat, List, Pages, Keys, Delete int64
+}
+
+// Requests is every request the counts stand for, a LIST page being one.
+func (c counts) Requests() int64 { return c.Put + c.Get + c.Stat + c.Pages + c.Delete }
+
+func (c counts) sub(o counts) counts {
+	return counts{c.Put - o.Put, c.Get - o.Get, c.Stat - o.Stat, c.List - o.List, c.Pages - o.Pages, c.Keys - o.Keys, c.Delete - o.Delete}
+}
+
+func (c counts) add(o counts) counts {
+	return counts{c.Put + o.Put, c.Get + o.Get, c.Stat + o.Stat, c.List + o.List, c.Pages + o.Pages, c.Keys + o.Keys, c.Delete + o.Delete}
+}
+
+// countingStore counts the requests made through it.
+type countingStore struct {
+	storage.Store
+	put, get, stat, list, pages, keys, del atomic.Int64
+}
+
+var _ storage.Store = (*countingStore)(nil)
+
+func (s *countingStore) snapshot() counts {
+	return counts{s.put.Load(), s.get.Load(), s.stat.Load(), s.list.Load(), s.pages.Load(), s.keys.Load(), s.del.Load()}
+}
+
+func (s *countingStore) Put(ctx context.Context, key string, r io.Reader, size int64, opts storage.PutOptions) (storage.ObjectInfo, error) {
+	s.put.Add(1)
+	return s.Store.Put(ctx, key, r, size, opts)
+}
+
+func (s *countingStore) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	s.get.Add(1)
+	return s.Store.Get(ctx, key, offset, length)
+}
+
+func (s *countingStore) Stat(ctx context.Context, key string) (storage.ObjectInfo, error) {
+	s.stat.Add(1)
+	return s.Store.Stat(ctx, key)
+}
+
+func (s *countingStore) List(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
+	var n int64
+	err := s.Store.List(ctx, prefix, func(oi storage.ObjectInfo) error {
+		n++
+		return fn(oi)
+	})
+	s.list.Add(1)
+	s.keys.Add(n)
+	s.pages.Add(max(1, (n+pageKeys-1)/pageKeys))
+	return err
+}
+
+func (s *countingStore) Delete(ctx context.Context, key string) error {
+	s.del.Add(1)
+	return s.Store.Delete(ctx, key)
+}

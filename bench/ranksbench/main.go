@@ -1,0 +1,468 @@
+// Command ranksbench measures how lifeboat's store traffic grows with the
+// number of ranks of a job, against one S3 server, and prints Markdown
+// tables. bench/ranks.sh starts a local MinIO and runs it.
+//
+//	ranksbench -work DIR [-ranks 1,8,32,128] [-steps 4] [-keep 3]
+//
+// The ranks run in this one process, each with its own storage/s3 client
+// (its own connections), its own checkpoint.Uploader and its own directory:
+// 128 lifeboat processes would measure the scheduler of a small machine, not
+// the requests, which are the same either way. Every client is wrapped in a
+// counting storage.Store, so the request counts are exact; LIST pages are
+// the keys each listing returned divided by 1,000 (S3's page), at least one.
+//
+// For each number of ranks N, in its own prefix:
+//  1. -steps commits: every rank writes a -size file (its own bytes, so no
+//     chunk is shared) and uploads it as Target{Step, Rank, N}, all ranks at
+//     once. Recorded: the time from the start to the last rank's commit,
+//     the time from the last rank's commit until checkpoint.Latest returns
+//     the step, and each rank's requests during its upload.
+//  2. The cost of checkpoint.Latest (restore's "latest") and checkpoint.List
+//     (ls) after each step, as steps x ranks grow, and of rank 0's Prune
+//     with -keep after each step past -keep, as lifeboat run does.
+//  3. Every rank calling Latest at once, as a job's restore does.
+//  4. Idle watching: a coord.Coordinator per rank for -watch-window at
+//     -watch-interval; requests per rank per second and per interval.
+//
+// Then, once, -latest-ranks ranks x -keep steps are committed (through one
+// Uploader) and Latest and List are measured on them.
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lifeboat-project/lifeboat/checkpoint"
+	"github.com/lifeboat-project/lifeboat/coord"
+	"github.com/lifeboat-project/lifeboat/storage/s3"
+)
+
+const ckptFile = "state.bin"
+
+type options struct {
+	work          string
+	bucket        string
+	ranks         []int
+	steps, keep   int
+	size          int
+	watchInterval time.Duration
+	watchWindow   time.Duration
+	latestRanks   int
+}
+
+func main() {
+	var o options
+	var ranks string
+	flag.StringVar(&o.work, "work", "", "scratch directory (required)")
+	flag.StringVar(&o.bucket, "bucket", "lifeboat-bench", "bucket, created when missing")
+	flag.StringVar(&ranks, "ranks", "1,8,32,128", "numbers of ranks, comma-separated")
+	flag.IntVar(&o.steps, "steps", 4, "steps committed by every rank")
+	flag.IntVar(&o.keep, "keep", 3, "rank 0 prunes to this many steps after each commit")
+	flag.IntVar(&o.size, "size", 4096, "bytes of each rank's checkpoint")
+	flag.DurationVar(&o.watchInterval, "watch-interval", 500*time.Millisecond, "coord interval while watching")
+	flag.DurationVar(&o.watchWindow, "watch-window", 5*time.Second, "how long the ranks watch")
+	flag.IntVar(&o.latestRanks, "latest-ranks", 1000, "ranks of the one large Latest measurement (0: none)")
+	flag.Parse()
+	for _, f := range strings.Split(ranks, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			log.Fatalf("ranksbench: -ranks %q: %q is not a positive number", ranks, f)
+		}
+		o.ranks = append(o.ranks, n)
+	}
+	if o.work == "" || o.steps < 1 || o.keep < 1 {
+		log.Fatal("ranksbench: -work is required; -steps and -keep must be at least 1")
+	}
+	if err := run(context.Background(), o); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// result is what one number of ranks measured.
+type result struct {
+	n         int
+	commit    []time.Duration // per step: start to the last rank's commit
+	visible   []time.Duration // per step: last commit to Latest returning the step
+	perCommit []counts        // per step: all ranks' upload requests
+	minRank   []int64         // per step: fewest requests of one rank
+	maxRank   []int64         // per step: most requests of one rank
+	latest    []cost          // after each step, and after the last prune
+	prune     []cost          // rank 0's prunes
+	together  cost            // every rank's Latest at once (summed)
+	idle      counts          // all ranks but rank 0, while watching
+	idleRank0 counts
+}
+
+// cost is the requests and time of one call.
+type cost struct {
+	steps      int // steps stored when it ran
+	latest     counts
+	latestT    time.Duration
+	list       counts
+	listT      time.Duration
+	afterPrune bool
+}
+
+func newStore(ctx context.Context, bucket, prefix string) (*countingStore, error) {
+	st, err := s3.New(ctx, s3.Config{
+		Endpoint: os.Getenv("AWS_ENDPOINT_URL"), Bucket: bucket, Prefix: prefix, Region: "us-east-1",
+		AccessKey: os.Getenv("AWS_ACCESS_KEY_ID"), SecretKey: os.Getenv("AWS_SECRET_ACCESS_KEY"),
+		BucketLookup: s3.LookupPath, CreateBucket: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &countingStore{Store: st}, nil
+}
+
+// writeCkpt writes rank's checkpoint of step: size bytes of its own.
+func writeCkpt(dir string, rank int, step int64, size int) error {
+	b := make([]byte, size)
+	r := rand.New(rand.NewPCG(uint64(rank), uint64(step)))
+	for i := 0; i+8 <= len(b); i += 8 {
+		binary.LittleEndian.PutUint64(b[i:], r.Uint64())
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, ckptFile), b, 0o644)
+}
+
+func run(ctx context.Context, o options) error {
+	stamp := time.Now().UTC().Format("20060102T150405")
+	var results []*result
+	for _, n := range o.ranks {
+		log.Printf("ranksbench: %d ranks", n)
+		r, err := measure(ctx, o, n, fmt.Sprintf("ranks-%s/n%05d", stamp, n))
+		if err != nil {
+			return fmt.Errorf("ranksbench: %d ranks: %w", n, err)
+		}
+		results = append(results, r)
+	}
+	var big *cost
+	if o.latestRanks > 0 {
+		log.Printf("ranksbench: Latest over %d ranks x %d steps", o.latestRanks, o.keep)
+		c, err := measureLarge(ctx, o, fmt.Sprintf("ranks-%s/large%05d", stamp, o.latestRanks))
+		if err != nil {
+			return fmt.Errorf("ranksbench: %d ranks: %w", o.latestRanks, err)
+		}
+		big = &c
+	}
+	report(o, results, big)
+	return nil
+}
+
+func measure(ctx context.Context, o options, n int, prefix string) (*result, error) {
+	res := &result{n: n}
+	stores := make([]*countingStore, n)
+	ups := make([]*checkpoint.Uploader, n)
+	for r := range n {
+		st, err := newStore(ctx, o.bucket, prefix)
+		if err != nil {
+			return nil, err
+		}
+		stores[r] = st
+		ups[r] = &checkpoint.Uploader{Store: st, Workers: 2}
+	}
+	observer, err := newStore(ctx, o.bucket, prefix)
+	if err != nil {
+		return nil, err
+	}
+	dir := func(r int) string { return filepath.Join(o.work, prefix, fmt.Sprintf("rank-%05d", r)) }
+
+	for step := int64(1); step <= int64(o.steps); step++ {
+		for r := range n {
+			if err := writeCkpt(dir(r), r, step, o.size); err != nil {
+				return nil, err
+			}
+		}
+		done := make([]time.Time, n)
+		per := make([]counts, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		start := time.Now()
+		for r := range n {
+			wg.Go(func() {
+				before := stores[r].snapshot()
+				_, errs[r] = ups[r].Upload(ctx, dir(r), checkpoint.Target{Step: step, Rank: r, WorldSize: n})
+				done[r] = time.Now()
+				per[r] = stores[r].snapshot().sub(before)
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				return nil, err
+			}
+		}
+		last := slices.MaxFunc(done, func(a, b time.Time) int { return a.Compare(b) })
+		var got int64
+		for got != step {
+			if got, err = checkpoint.Latest(ctx, observer, n); err != nil {
+				return nil, err
+			}
+		}
+		res.visible = append(res.visible, time.Since(last))
+		res.commit = append(res.commit, last.Sub(start))
+		var sum counts
+		lo, hi := per[0].Requests(), per[0].Requests()
+		for _, c := range per {
+			sum = sum.add(c)
+			lo, hi = min(lo, c.Requests()), max(hi, c.Requests())
+		}
+		res.perCommit, res.minRank, res.maxRank = append(res.perCommit, sum), append(res.minRank, lo), append(res.maxRank, hi)
+
+		c, err := lookCost(ctx, observer, n)
+		if err != nil {
+			return nil, err
+		}
+		res.latest = append(res.latest, c)
+		if step > int64(o.keep) {
+			before := stores[0].snapshot()
+			t := time.Now()
+			if _, err := checkpoint.Prune(ctx, stores[0], checkpoint.PruneOptions{Keep: o.keep}); err != nil {
+				return nil, err
+			}
+			res.prune = append(res.prune, cost{steps: c.steps, latest: stores[0].snapshot().sub(before), latestT: time.Since(t)})
+		}
+	}
+	if len(res.prune) > 0 {
+		c, err := lookCost(ctx, observer, n)
+		if err != nil {
+			return nil, err
+		}
+		c.afterPrune = true
+		res.latest = append(res.latest, c)
+	}
+
+	// Every rank's restore asks for the latest step at once.
+	var wg sync.WaitGroup
+	before := make([]counts, n)
+	for r := range n {
+		before[r] = stores[r].snapshot()
+	}
+	errs := make([]error, n)
+	t := time.Now()
+	for r := range n {
+		wg.Go(func() { _, errs[r] = checkpoint.Latest(ctx, stores[r], n) })
+	}
+	wg.Wait()
+	res.together.latestT = time.Since(t)
+	for r := range n {
+		if errs[r] != nil {
+			return nil, errs[r]
+		}
+		res.together.latest = res.together.latest.add(stores[r].snapshot().sub(before[r]))
+	}
+
+	// Idle watching.
+	wctx, cancel := context.WithTimeout(ctx, o.watchWindow)
+	defer cancel()
+	started := time.Now()
+	for r := range n {
+		before[r] = stores[r].snapshot()
+	}
+	for r := range n {
+		c, err := coord.New(coord.Config{Store: stores[r], Rank: r, WorldSize: n, Interval: o.watchInterval, Started: started})
+		if err != nil {
+			return nil, err
+		}
+		wg.Go(func() { c.Run(wctx) })
+	}
+	wg.Wait()
+	for r := range n {
+		d := stores[r].snapshot().sub(before[r])
+		if r == 0 {
+			res.idleRank0 = d
+		} else {
+			res.idle = res.idle.add(d)
+		}
+	}
+	return res, nil
+}
+
+// lookCost measures one Latest and one List.
+func lookCost(ctx context.Context, st *countingStore, n int) (cost, error) {
+	var c cost
+	before := st.snapshot()
+	t := time.Now()
+	if _, err := checkpoint.Latest(ctx, st, n); err != nil {
+		return c, err
+	}
+	c.latestT = time.Since(t)
+	c.latest = st.snapshot().sub(before)
+	before = st.snapshot()
+	t = time.Now()
+	snaps, err := checkpoint.List(ctx, st)
+	if err != nil {
+		return c, err
+	}
+	c.listT = time.Since(t)
+	c.list = st.snapshot().sub(before)
+	c.steps = len(snaps)
+	return c, nil
+}
+
+// measureLarge commits -latest-ranks ranks x -keep steps through one
+// Uploader (FinalUploadFiles: one listing of the chunks) and measures
+// Latest and List on them.
+func measureLarge(ctx context.Context, o options, prefix string) (cost, error) {
+	st, err := newStore(ctx, o.bucket, prefix)
+	if err != nil {
+		return cost{}, err
+	}
+	up := &checkpoint.Uploader{Store: st, Workers: 1}
+	n := o.latestRanks
+	type job struct {
+		rank int
+		step int64
+	}
+	jobs := make(chan job)
+	errs := make(chan error, 32)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for j := range jobs {
+				d := filepath.Join(o.work, prefix, fmt.Sprintf("rank-%05d-step-%d", j.rank, j.step))
+				err := writeCkpt(d, j.rank, j.step, 512)
+				if err == nil {
+					_, err = up.FinalUploadFiles(ctx, d, []string{ckptFile}, checkpoint.Target{Step: j.step, Rank: j.rank, WorldSize: n})
+				}
+				if err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		})
+	}
+	for step := int64(1); step <= int64(o.keep); step++ {
+		for r := range n {
+			jobs <- job{r, step}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return cost{}, err
+	default:
+	}
+	return lookCost(ctx, st, n)
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+func per(v int64, n int) string { return strconv.FormatFloat(float64(v)/float64(n), 'f', 2, 64) }
+
+func report(o options, rs []*result, big *cost) {
+	fmt.Printf("\n### Commit: every rank uploads a %d-byte checkpoint of the same step (%d steps; medians over steps 2..%d)\n\n", o.size, o.steps, o.steps)
+	fmt.Println("| ranks | start to last rank's commit | last commit to Latest = step | requests per rank per commit | PUT | GET | HEAD | LIST pages | keys listed | fewest..most of one rank | vs 1 rank |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	var base float64
+	for _, r := range rs {
+		var sum counts
+		steps := max(1, len(r.perCommit)-1)
+		lo, hi := int64(1<<62), int64(0)
+		for i, c := range r.perCommit {
+			if i == 0 && len(r.perCommit) > 1 {
+				continue
+			}
+			sum = sum.add(c)
+			lo, hi = min(lo, r.minRank[i]), max(hi, r.maxRank[i])
+		}
+		k := r.n * steps
+		req := float64(sum.Requests()) / float64(k)
+		if base == 0 {
+			base = req
+		}
+		tail := func(d []time.Duration) []time.Duration {
+			if len(d) > 1 {
+				return d[1:]
+			}
+			return d
+		}
+		fmt.Printf("| %d | %s | %s | %.2f | %s | %s | %s | %s | %s | %d..%d | %.2fx |\n", r.n, ms(median(tail(r.commit))), ms(median(tail(r.visible))),
+			req, per(sum.Put, k), per(sum.Get, k), per(sum.Stat, k), per(sum.Pages, k), per(sum.Keys, k), lo, hi, req/base)
+	}
+
+	fmt.Printf("\n### Idle: stop watching, one coord.Coordinator per rank, %s interval, %s window\n\n", o.watchInterval, o.watchWindow)
+	ticks := int(o.watchWindow / o.watchInterval)
+	fmt.Printf("Ranks 1..N-1 (rank 0 separately: it also deletes an earlier run's stop records at start). %d intervals in the window.\n\n", ticks)
+	fmt.Println("| ranks | requests per rank per second | LIST pages per rank per interval | other requests | rank 0's requests in the window | vs 8 ranks |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|")
+	var ibase float64
+	for _, r := range rs {
+		others := r.n - 1
+		if others == 0 {
+			fmt.Printf("| %d | (rank 0 only) %.2f | %.2f | %d | %d | |\n", r.n, float64(r.idleRank0.Requests())/o.watchWindow.Seconds(),
+				float64(r.idleRank0.Pages)/float64(ticks), r.idleRank0.Requests()-r.idleRank0.Pages, r.idleRank0.Requests())
+			continue
+		}
+		rate := float64(r.idle.Requests()) / float64(others) / o.watchWindow.Seconds()
+		if ibase == 0 {
+			ibase = rate
+		}
+		fmt.Printf("| %d | %.2f | %.2f | %d | %d | %.2fx |\n", r.n, rate, float64(r.idle.Pages)/float64(others*ticks),
+			r.idle.Requests()-r.idle.Pages, r.idleRank0.Requests(), rate/ibase)
+	}
+
+	fmt.Printf("\n### Latest (restore) and List (ls) as steps x ranks grow (rank 0 prunes to --keep %d after each step past it)\n\n", o.keep)
+	fmt.Println("| ranks | steps stored | manifests | Latest: LIST pages | GETs | time | List: LIST pages | GETs | time |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	row := func(n int, c cost, note string) {
+		fmt.Printf("| %d | %d%s | %d | %d | %d | %s | %d | %d | %s |\n", n, c.steps, note, c.list.Keys, c.latest.Pages, c.latest.Get, ms(c.latestT),
+			c.list.Pages, c.list.Get, ms(c.listT))
+	}
+	for _, r := range rs {
+		for i, c := range r.latest {
+			note := ""
+			if c.afterPrune {
+				note = " (after prune)"
+			} else if i >= o.keep {
+				note = " (before prune)"
+			}
+			row(r.n, c, note)
+		}
+	}
+	if big != nil {
+		row(o.latestRanks, *big, " (1 Uploader)")
+	}
+
+	fmt.Printf("\n### Every rank asks for the latest step at once (a job's restore), and rank 0's prune\n\n")
+	fmt.Println("| ranks | all ranks' Latest: GETs | LIST pages | wall time | GETs per rank | prune (rank 0): requests | LIST pages | GETs | DELETEs | time |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rs {
+		t := r.together
+		p := cost{}
+		if len(r.prune) > 0 {
+			p = r.prune[len(r.prune)-1]
+		}
+		fmt.Printf("| %d | %d | %d | %s | %s | %d | %d | %d | %d | %s |\n", r.n, t.latest.Get, t.latest.Pages, ms(t.latestT), per(t.latest.Get, r.n),
+			p.latest.Requests(), p.latest.Pages, p.latest.Get, p.latest.Delete, ms(p.latestT))
+	}
+}
