@@ -34,10 +34,10 @@ func ParseURL(raw string) (Location, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return Location{}, fmt.Errorf("store URL %q: %v: %w", redactUser(raw), unwrapURLError(err), ErrInvalidURL)
+		return Location{}, fmt.Errorf("store URL %q: %v: %w", RedactUser(raw), unwrapURLError(err), ErrInvalidURL)
 	}
 	bad := func(format string, args ...any) (Location, error) {
-		return Location{}, fmt.Errorf("store URL %q: %s: %w", redactUser(raw), fmt.Sprintf(format, args...), ErrInvalidURL)
+		return Location{}, fmt.Errorf("store URL %q: %s: %w", RedactUser(raw), fmt.Sprintf(format, args...), ErrInvalidURL)
 	}
 	if u.RawQuery != "" || u.ForceQuery {
 		return bad("query strings are not supported; set options with flags")
@@ -146,9 +146,9 @@ func isIPv4(s string) bool {
 	return true
 }
 
-// redactUser replaces the user information of a URL (scheme://USER:PASS@)
+// RedactUser replaces the user information of a URL (scheme://USER:PASS@)
 // with xxxxx, so that no error shows a credential; it needs no valid URL.
-func redactUser(raw string) string {
+func RedactUser(raw string) string {
 	i := strings.Index(raw, "://")
 	if i < 0 {
 		return raw

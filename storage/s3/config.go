@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/lifeboat-project/lifeboat/storage"
 )
 
 // BucketLookup says how requests name the bucket.
@@ -157,7 +159,7 @@ func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
 	u, err := url.Parse(c.Endpoint)
-	shown := redactUser(c.Endpoint)
+	shown := storage.RedactUser(c.Endpoint)
 	switch {
 	case err != nil:
 		errs = append(errs, fmt.Errorf("the endpoint %q (--s3-endpoint, AWS_ENDPOINT_URL) is not a URL", shown))
@@ -195,25 +197,6 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// redactUser replaces the user information of a URL (scheme://USER:PASS@)
-// with xxxxx, so that no error shows a credential; it needs no valid URL.
-func redactUser(raw string) string {
-	i := strings.Index(raw, "://")
-	if i < 0 {
-		return raw
-	}
-	rest := raw[i+3:]
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
-	}
-	at := strings.LastIndex(rest[:end], "@")
-	if at < 0 {
-		return raw
-	}
-	return raw[:i+3] + "xxxxx" + rest[at:]
 }
 
 // redacted shows whether a secret is set without showing it.
