@@ -18,7 +18,9 @@ WORKDIR /src
 # binary imports.
 COPY . .
 ARG VERSION=dev
-RUN go build -ldflags "-s -w -X main.version=${VERSION}" -o /out/lifeboat ./cmd/lifeboat
+# The -X runtime.godebugDefault pair is signals.LinkFlag (LIFEBOAT_LDFLAGS in
+# scripts/lib.sh): asynchronous preemption off, so SIGURG is forwarded too.
+RUN go build -ldflags "-s -w -X main.version=${VERSION} -X runtime.godebugDefault=asyncpreemptoff=1 -X github.com/lifeboat-project/lifeboat/signals.recordedGODEBUG=asyncpreemptoff=1" -o /out/lifeboat ./cmd/lifeboat
 
 FROM scratch
 COPY --from=build /out/lifeboat /lifeboat

@@ -3,6 +3,12 @@
 
 log() { printf '==> %s\n' "$*" >&2; }
 
+# LIFEBOAT_LDFLAGS are the linker flags of every lifeboat build
+# (signals.LinkFlag; the Dockerfile spells them out): they turn the Go
+# runtime's asynchronous preemption off in lifeboat, so the runtime never
+# sends itself SIGURG and lifeboat forwards SIGURG like any other signal.
+LIFEBOAT_LDFLAGS='-X runtime.godebugDefault=asyncpreemptoff=1 -X github.com/lifeboat-project/lifeboat/signals.recordedGODEBUG=asyncpreemptoff=1'
+
 # need_pkgs installs the Debian packages that provide the given commands
 # when any command is missing. Arguments are command:package pairs.
 need_pkgs() {

@@ -21,15 +21,18 @@ const (
 type KillFunc func(pid int, sig unix.Signal) error
 
 // Forwardable reports whether lifeboat relays sig to the child. SIGCHLD
-// belongs to the reaper, SIGURG to the Go runtime's preemption, SIGTTIN and
-// SIGTTOU are the kernel's notices about lifeboat's own terminal access
-// (relaying them would stop the child), SIGPIPE is the kernel's notice that
-// a reader of lifeboat's own output went away (relaying it would kill the
-// trainer over a dead log shipper), and KILL and STOP cannot be caught.
+// belongs to the reaper, SIGTTIN and SIGTTOU are the kernel's notices about
+// lifeboat's own terminal access (relaying them would stop the child),
+// SIGPIPE is the kernel's notice that a reader of lifeboat's own output
+// went away (relaying it would kill the trainer over a dead log shipper),
+// and KILL and STOP cannot be caught. SIGURG is forwarded unless the Go
+// runtime preempts goroutines with it (RuntimeOwnsURG).
 func Forwardable(sig unix.Signal) bool {
 	switch sig {
-	case 0, unix.SIGCHLD, unix.SIGURG, unix.SIGTTIN, unix.SIGTTOU, unix.SIGPIPE, unix.SIGKILL, unix.SIGSTOP:
+	case 0, unix.SIGCHLD, unix.SIGTTIN, unix.SIGTTOU, unix.SIGPIPE, unix.SIGKILL, unix.SIGSTOP:
 		return false
+	case unix.SIGURG:
+		return !RuntimeOwnsURG()
 	}
 	return sig > 0 && int(sig) <= maxSignal
 }
@@ -74,6 +77,9 @@ func Forward(ctx context.Context, in <-chan os.Signal, t Target, rw Rewrite, kil
 // reports whether a signal was sent.
 func Deliver(t Target, rw Rewrite, kill KillFunc, sig unix.Signal, log *slog.Logger) bool {
 	if !Forwardable(sig) {
+		if sig == unix.SIGURG {
+			ExplainURG(log)
+		}
 		return false
 	}
 	out := rw.Apply(sig)

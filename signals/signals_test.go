@@ -1,9 +1,13 @@
 package signals
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"os"
+	"os/exec"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"testing"
 
@@ -93,6 +97,8 @@ func TestParseRewrite(t *testing.T) {
 }
 
 func TestForwardable(t *testing.T) {
+	// SIGURG is the runtime's until main says otherwise (see
+	// TestURGFollowsTheRuntime).
 	for _, s := range []unix.Signal{unix.SIGCHLD, unix.SIGURG, unix.SIGTTIN, unix.SIGTTOU, unix.SIGPIPE, unix.SIGKILL, unix.SIGSTOP, 0, 65} {
 		if Forwardable(s) {
 			t.Errorf("%v is forwardable", s)
@@ -168,5 +174,116 @@ func TestDeliverChildOnlyAndErrors(t *testing.T) {
 	// trainer's business.
 	if Deliver(Target{Pid: 7}, Rewrite{unix.SIGPIPE: unix.SIGTERM}, rec.kill, unix.SIGPIPE, log) || len(rec.sent) != 1 {
 		t.Errorf("SIGPIPE was forwarded: %v", rec.sent)
+	}
+}
+
+// TestAsyncPreemptOff reads the build settings and GODEBUG as the runtime
+// does: the linked defaults first, then the environment, the last
+// asyncpreemptoff that parses winning.
+func TestAsyncPreemptOff(t *testing.T) {
+	ld := func(v string) []debug.BuildSetting { return []debug.BuildSetting{{Key: "-ldflags", Value: v}} }
+	shipped := ld("-s -w -X main.version=v1 " + LinkFlag)
+	for _, tc := range []struct {
+		name  string
+		build []debug.BuildSetting
+		env   string
+		off   bool
+	}{
+		{"plain build", nil, "", false},
+		{"plain build, other ldflags", ld("-s -w -X main.version=v1"), "", false},
+		{"plain build, env off", nil, "asyncpreemptoff=1", true},
+		{"plain build, env off among others", nil, "madvdontneed=1,asyncpreemptoff=1,gctrace=0", true},
+		{"plain build, env not a number", nil, "asyncpreemptoff=yes", false},
+		{"shipped", shipped, "", true},
+		{"shipped, env on", shipped, "asyncpreemptoff=0", false},
+		{"shipped, env other settings", shipped, "gctrace=1", true},
+		{"shipped, env on then off", shipped, "asyncpreemptoff=0,asyncpreemptoff=1", true},
+		{"shipped, env off then on", shipped, "asyncpreemptoff=1,asyncpreemptoff=0", false},
+		{"shipped, env not a number", shipped, "asyncpreemptoff=", true},
+		{"shipped, env non-zero", shipped, "asyncpreemptoff=2", true},
+		{"-X=", ld("-X=runtime.godebugDefault=asyncpreemptoff=1"), "", true},
+		{"--X", ld("--X runtime.godebugDefault=asyncpreemptoff=1"), "", true},
+		{"quoted with others", ld(`-s '-X' 'runtime.godebugDefault=x509sha1=1,asyncpreemptoff=1' -w`), "", true},
+		{"double-quoted", ld(`-X "runtime.godebugDefault=asyncpreemptoff=1"`), "", true},
+		{"pattern", ld("all=-X runtime.godebugDefault=asyncpreemptoff=1"), "", true},
+		{"linked 0", ld("-X runtime.godebugDefault=asyncpreemptoff=0"), "", false},
+		{"last -X wins", ld("-X runtime.godebugDefault=asyncpreemptoff=1 -X runtime.godebugDefault=gctrace=0"), "", false},
+		{"other symbol", ld("-X main.godebugDefault=asyncpreemptoff=1"), "", false},
+		{"value of another -X", ld("-X main.note=runtime.godebugDefault=asyncpreemptoff=1"), "", false},
+		{"DefaultGODEBUG", []debug.BuildSetting{{Key: "DefaultGODEBUG", Value: "asyncpreemptoff=1"}}, "", true},
+		{"-X replaces DefaultGODEBUG", []debug.BuildSetting{{Key: "DefaultGODEBUG", Value: "asyncpreemptoff=1"},
+			{Key: "-ldflags", Value: "-X runtime.godebugDefault=gctrace=0"}}, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := AsyncPreemptOff(BuildGODEBUG(tc.build), tc.env); got != tc.off {
+				t.Errorf("AsyncPreemptOff(%q, %q) = %v, want %v", BuildGODEBUG(tc.build), tc.env, got, tc.off)
+			}
+		})
+	}
+}
+
+// TestURGFollowsTheRuntime: SIGURG is forwarded (and may be rewritten)
+// only while the runtime does not own it, and the reason it is not is
+// logged at Debug once.
+func TestURGFollowsTheRuntime(t *testing.T) {
+	t.Cleanup(func() { SetRuntimeOwnsURG(true) })
+	explainedURG = sync.Once{} // TestForward may have used it up
+	if !RuntimeOwnsURG() || Forwardable(unix.SIGURG) {
+		t.Fatalf("SIGURG is forwardable before main says the runtime leaves it alone")
+	}
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	rec := &recorder{}
+	for range 3 {
+		if Deliver(Target{Pid: 7}, nil, rec.kill, unix.SIGURG, log) {
+			t.Errorf("SIGURG delivered while the runtime owns it")
+		}
+	}
+	if n := strings.Count(buf.String(), "signal.urg_not_forwarded"); n != 1 || !strings.Contains(buf.String(), "level=DEBUG") {
+		t.Errorf("want one debug line saying why SIGURG is not forwarded; got:\n%s", buf.String())
+	}
+	if err := (Rewrite{}).ParseRewrite("URG:TERM"); err == nil {
+		t.Errorf("URG:TERM accepted while the runtime owns SIGURG")
+	}
+
+	SetRuntimeOwnsURG(false)
+	if !Forwardable(unix.SIGURG) {
+		t.Fatalf("SIGURG is not forwardable with async preemption off")
+	}
+	if !Deliver(Target{Pid: 7}, nil, rec.kill, unix.SIGURG, log) || len(rec.sent) != 1 || rec.sent[0] != (sent{-7, unix.SIGURG}) {
+		t.Errorf("SIGURG not delivered to the group: %v", rec.sent)
+	}
+	if err := (Rewrite{}).ParseRewrite("URG:TERM"); err != nil {
+		t.Errorf("URG:TERM refused with async preemption off: %v", err)
+	}
+	for _, s := range []unix.Signal{unix.SIGCHLD, unix.SIGPIPE, unix.SIGTTIN, unix.SIGTTOU} {
+		if Forwardable(s) {
+			t.Errorf("%v became forwardable with SIGURG", s)
+		}
+	}
+}
+
+// TestLinkFlagInEveryBuild keeps the builds outside Go (the image and the
+// scripts, which the Makefile uses) on LinkFlag, and checks that LinkFlag
+// replaces no GODEBUG default of the go command's: -X
+// runtime.godebugDefault overrides its DefaultGODEBUG, so any default it
+// computes (a go.mod godebug line, a go line older than the toolchain) must
+// be added to LinkFlag.
+func TestLinkFlagInEveryBuild(t *testing.T) {
+	for _, f := range []string{"../Dockerfile", "../scripts/lib.sh"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), LinkFlag) {
+			t.Errorf("%s does not build lifeboat with %q", f, LinkFlag)
+		}
+	}
+	out, err := exec.Command("go", "list", "-f", "{{.DefaultGODEBUG}}", "github.com/lifeboat-project/lifeboat/cmd/lifeboat").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	if def := strings.TrimSpace(string(out)); def != "" {
+		t.Errorf("the go command links lifeboat with GODEBUG defaults %q, which LinkFlag replaces; add them to LinkFlag's value", def)
 	}
 }

@@ -201,7 +201,7 @@ func TestRunInjectedSignals(t *testing.T) {
 	in := make(chan os.Signal, 4)
 	rec := &sendRecorder{}
 	ready := filepath.Join(t.TempDir(), "ready")
-	in <- unix.SIGURG  // never forwarded
+	in <- unix.SIGURG  // the runtime's in a test binary (preemption on): not forwarded
 	in <- unix.SIGPIPE // lifeboat's own (its stderr's reader left): never forwarded
 	done := make(chan error, 1)
 	go func() {
