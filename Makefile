@@ -1,8 +1,10 @@
 # Convenience targets; the scripts are the source of truth.
 .PHONY: demo test build bench bench-pid1 bench-startup bench-latency bench-storage bench-checkpoint fuzz image crash
 
+# LIFEBOAT_LDFLAGS (scripts/lib.sh) turn off the Go runtime's asynchronous
+# preemption, so that lifeboat forwards SIGURG too.
 build:
-	go build -o bin/lifeboat ./cmd/lifeboat
+	bash -c '. scripts/lib.sh && go build -ldflags "$$LIFEBOAT_LDFLAGS" -o bin/lifeboat ./cmd/lifeboat'
 
 demo:
 	scripts/demo.sh

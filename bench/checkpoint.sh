@@ -44,7 +44,7 @@ cleanup() {
 trap cleanup EXIT
 
 log "building lifeboat and ckptbench"
-go build -o "$work/lifeboat" ./cmd/lifeboat
+go build -ldflags "$LIFEBOAT_LDFLAGS" -o "$work/lifeboat" ./cmd/lifeboat
 go build -o "$work/ckptbench" ./bench/ckptbench
 
 start_minio "$work/minio"

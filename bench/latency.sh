@@ -42,7 +42,7 @@ cleanup() {
 trap cleanup EXIT
 
 log "building lifeboat and latencyproxy"
-go build -o "$work/lifeboat" ./cmd/lifeboat
+go build -ldflags "$LIFEBOAT_LDFLAGS" -o "$work/lifeboat" ./cmd/lifeboat
 go build -o "$work/latencyproxy" ./bench/latencyproxy
 head -c "$SIZE" /dev/urandom >"$work/latest.pdparams"
 

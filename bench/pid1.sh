@@ -11,7 +11,7 @@ need_pkgs tini:tini dumb-init:dumb-init catatonit:catatonit hyperfine:hyperfine 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # The release form: static, as in the image (Dockerfile).
-CGO_ENABLED=0 go build -o "$work/lifeboat" ./cmd/lifeboat
+CGO_ENABLED=0 go build -ldflags "$LIFEBOAT_LDFLAGS" -o "$work/lifeboat" ./cmd/lifeboat
 go build -o "$work/pid1bench" ./bench/pid1bench
 echo "machine: $(nproc) cores, $(uname -r); $(tini --version 2>&1 | head -1); dumb-init $(dumb-init --version 2>&1 | head -1); $(catatonit --version 2>&1 | head -1)" >&2
 "$work/pid1bench" -lifeboat "$work/lifeboat" "$@"

@@ -18,8 +18,8 @@ need_pkgs catatonit:catatonit hyperfine:hyperfine
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-build() { # build NAME TAGS PACKAGE
-	CGO_ENABLED=0 go build -trimpath -tags "$2" -o "$work/$1" "$3"
+build() { # build NAME TAGS PACKAGE [LDFLAGS]
+	CGO_ENABLED=0 go build -trimpath -tags "$2" -ldflags "${4:-}" -o "$work/$1" "$3"
 }
 VARIANTS=(go-floor notify supervisor nethttp retryablehttp mpb cgroups prometheus minio all-deps)
 for v in "${VARIANTS[@]}"; do
@@ -30,7 +30,7 @@ for v in "${VARIANTS[@]}"; do
 	esac
 	build "$v" "$tags" ./bench/startupbench
 done
-build lifeboat "" ./cmd/lifeboat
+build lifeboat "" ./cmd/lifeboat "$LIFEBOAT_LDFLAGS"
 
 cmds=(/bin/true "catatonit -- /bin/true")
 for v in "${VARIANTS[@]}"; do cmds+=("$work/$v /bin/true"); done

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/lifeboat-project/lifeboat/signals"
 )
 
 // lifeboatBin is the lifeboat binary TestMain builds from ./cmd/lifeboat.
@@ -29,7 +31,7 @@ func TestMain(m *testing.M) {
 		}
 		defer os.RemoveAll(dir)
 		lifeboatBin = filepath.Join(dir, "lifeboat")
-		build := exec.Command("go", "build", "-o", lifeboatBin, "github.com/lifeboat-project/lifeboat/cmd/lifeboat")
+		build := exec.Command("go", "build", "-ldflags", signals.LinkFlag, "-o", lifeboatBin, "github.com/lifeboat-project/lifeboat/cmd/lifeboat")
 		if out, err := build.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "deploy: build lifeboat: %v\n%s", err, out)
 			return 1

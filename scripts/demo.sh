@@ -16,7 +16,7 @@ need_pkgs python3:python3
 work=$(mktemp -d "${TMPDIR:-/tmp}/lifeboat-demo.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 log "building lifeboat"
-go build -o "$work/lifeboat" ./cmd/lifeboat
+go build -ldflags "$LIFEBOAT_LDFLAGS" -o "$work/lifeboat" ./cmd/lifeboat
 lb=$work/lifeboat
 store="file://$work/store"
 # With LIFEBOAT_DEMO_MINIO=1 the store is a local MinIO server instead

@@ -7,9 +7,10 @@
 #   scripts/gpu-check.sh [--gpus SPEC] [--gpu-memory-limit SPEC]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-CGO_ENABLED=1 go build -o "$work/lifeboat" ./cmd/lifeboat
+CGO_ENABLED=1 go build -ldflags "$LIFEBOAT_LDFLAGS" -o "$work/lifeboat" ./cmd/lifeboat
 args=("$@")
 ((${#args[@]})) || args=(--gpu-memory-limit auto)
 

@@ -18,7 +18,7 @@ export PYTHONDONTWRITEBYTECODE=1 # no __pycache__ in the work tree
 # LIFEBOAT_TEST_DISALLOW_SKIP=1).
 if [ -z "${LIFEBOAT_BIN:-}" ] && command -v go >/dev/null 2>&1; then
 	log "building lifeboat for the example trainer's tests"
-	go build -o "$work/lifeboat" ./cmd/lifeboat
+	go build -ldflags "$LIFEBOAT_LDFLAGS" -o "$work/lifeboat" ./cmd/lifeboat
 	export LIFEBOAT_BIN=$work/lifeboat
 fi
 set +e

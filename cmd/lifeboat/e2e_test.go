@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/internal/testenv"
+	"github.com/lifeboat-project/lifeboat/signals"
 )
 
 var lifeboatBin, childBin string
@@ -30,8 +31,11 @@ func TestMain(m *testing.M) {
 	}
 	lifeboatBin = filepath.Join(dir, "lifeboat")
 	childBin = filepath.Join(dir, "child")
+	// Both as lifeboat ships (signals.LinkFlag): the runtime sends itself
+	// no SIGURG, so lifeboat forwards it and the child records only those
+	// it is sent.
 	for _, b := range [][]string{{lifeboatBin, "."}, {childBin, "./testdata/child"}} {
-		out, err := exec.Command("go", "build", "-o", b[0], b[1]).CombinedOutput()
+		out, err := exec.Command("go", "build", "-ldflags", signals.LinkFlag, "-o", b[0], b[1]).CombinedOutput()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b[1], err, out)
 			os.Exit(1)

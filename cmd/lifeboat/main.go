@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/lifeboat-project/lifeboat/signals"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -26,6 +28,10 @@ var errUsage = errors.New("usage")
 var startup *earlySignals
 
 func main() {
+	// Built with signals.LinkFlag, the runtime leaves SIGURG alone and it
+	// is forwarded like any other signal; a plain `go build` (or
+	// GODEBUG=asyncpreemptoff=0) keeps it the runtime's.
+	signals.SetRuntimeOwnsURG(!signals.AsyncPreemptOff(signals.LinkedGODEBUG(), os.Getenv("GODEBUG")))
 	startup = catchSignals()
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }

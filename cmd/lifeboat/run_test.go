@@ -22,14 +22,15 @@ import (
 )
 
 // TestForwardsEverySignalToTheGroup sends every catchable signal to
-// lifeboat, including SEGV and BUS, and checks that both the child and a
+// lifeboat, including SEGV, BUS and URG (lifeboat is built as it ships, with
+// asynchronous preemption off), and checks that both the child and a
 // grandchild in its process group receive each one, and that lifeboat
 // survives them all.
 func TestForwardsEverySignalToTheGroup(t *testing.T) {
 	sigs := []syscall.Signal{
 		syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH,
 		syscall.SIGCONT, syscall.SIGALRM, syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGABRT, syscall.SIGPWR,
-		syscall.SIGTERM,
+		syscall.SIGURG, syscall.SIGTERM,
 	}
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
