@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Measures lifeboat against tini, dumb-init and catatonit side by side:
 # start-up overhead, SIGTERM-to-child latency, time to reap 1000 orphans as
-# PID 1, idle RSS. Prints a Markdown table with ratios to catatonit.
+# PID 1, idle RSS. Prints a Markdown table with ratios to catatonit, then
+# the same figures for lifeboat as built (asynchronous preemption off, so
+# SIGURG is forwarded) against the same binary with Go's default
+# preemption back on (GODEBUG=asyncpreemptoff=0).
 #
 #   bench/pid1.sh            (root: PID namespaces are used)
 set -euo pipefail

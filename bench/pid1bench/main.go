@@ -10,6 +10,15 @@
 //   - reap 1000: as PID 1 of a new PID namespace, time from releasing 1000
 //     orphans at once until every one of them has been reaped
 //   - idle RSS of the init while its child sleeps
+//
+// Then the same measurements for one lifeboat binary two ways: as built
+// (signals.LinkFlag: asynchronous preemption off, so SIGURG is forwarded)
+// and with Go's default back on (GODEBUG=asyncpreemptoff=0, set in the
+// init's environment), with the ratio of the two. The two are measured in
+// alternation, one run of each in turn, so that a change in the machine's
+// load falls on both alike; their start-up is timed here (fork to exit of
+// `lifeboat run -- /bin/true`, less plain /bin/true timed in the same
+// rounds), since hyperfine has no per-command environment.
 package main
 
 import (
@@ -28,10 +37,30 @@ import (
 	"time"
 )
 
-// initCmd is one init under test: argv that runs a command after it.
+// initCmd is one init under test: argv that runs a command after it, with
+// env added to an environment without GODEBUG.
 type initCmd struct {
 	name string
 	argv []string
+	env  []string
+}
+
+// environ is the environment the init runs in.
+func (in initCmd) environ() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GODEBUG=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, in.env...)
+}
+
+// command is in's argv followed by args, in its environment.
+func (in initCmd) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(in.argv[0], append(append([]string{}, in.argv[1:]...), args...)...)
+	cmd.Env = in.environ()
+	return cmd
 }
 
 func main() {
@@ -52,14 +81,12 @@ func main() {
 	flag.Parse()
 	self, err := os.Executable()
 	check(err)
+	lb := []string{*lifeboat, "run", "--log-level", "error", "--"}
 	inits := []initCmd{
-		{"lifeboat", []string{*lifeboat, "run", "--log-level", "error", "--"}},
-		{"tini", []string{"tini", "-s", "--"}},
-		{"dumb-init", []string{"dumb-init", "--"}},
-		{"catatonit", []string{"catatonit", "--"}},
-	}
-	type row struct {
-		startup, p50, p99, reap, rss float64
+		{name: "lifeboat", argv: lb},
+		{name: "tini", argv: []string{"tini", "-s", "--"}},
+		{name: "dumb-init", argv: []string{"dumb-init", "--"}},
+		{name: "catatonit", argv: []string{"catatonit", "--"}},
 	}
 	rows := map[string]row{}
 	startup := hyperfine(inits)
@@ -81,6 +108,66 @@ func main() {
 		fmt.Printf("| %s | %.2f | %.2fx | %.3f | %.3f | %.2fx | %.1f | %.2fx | %.1f |\n", in.name,
 			r.startup, r.startup/base.startup, r.p50, r.p99, r.p99/base.p99, r.reap, r.reap/base.reap, r.rss)
 	}
+	fmt.Println()
+	preemptionAB([2]initCmd{
+		{name: "preemption off (as built)", argv: lb},
+		{name: "preemption on (GODEBUG=asyncpreemptoff=0)", argv: lb, env: []string{"GODEBUG=asyncpreemptoff=0"}},
+	}, self, *runs, *reapRuns)
+}
+
+type row struct {
+	startup, p50, p99, reap, rss float64
+}
+
+// preemptionAB measures the two sides in alternation (which one goes first
+// alternates too) and prints their table and the ratio off / on.
+func preemptionAB(ab [2]initCmd, self string, runs, reapRuns int) {
+	var start [3][]float64 // [2]: plain /bin/true
+	var lat, reaps [2][]float64
+	for i := 0; i < runs; i++ {
+		for k := 0; k < 3; k++ {
+			if j := (i + k) % 3; j < 2 {
+				start[j] = append(start[j], timeRun(ab[j].command("/bin/true")))
+			} else {
+				start[2] = append(start[2], timeRun(exec.Command("/bin/true")))
+			}
+		}
+		for k := 0; k < 2; k++ {
+			j := (i + k) % 2
+			lat[j] = append(lat[j], forwardOnce(ab[j], self))
+		}
+	}
+	for i := 0; i < reapRuns; i++ {
+		for k := 0; k < 2; k++ {
+			j := (i + k) % 2
+			reaps[j] = append(reaps[j], reapOnce(ab[j], self))
+		}
+	}
+	var r [2]row
+	for j := range ab {
+		r[j] = row{
+			startup: percentile(start[j], 50) - percentile(start[2], 50),
+			p50:     percentile(lat[j], 50),
+			p99:     percentile(lat[j], 99),
+			reap:    percentile(reaps[j], 50),
+			rss:     idleRSS(ab[j]),
+		}
+	}
+	fmt.Printf("| lifeboat, one binary | start-up overhead (ms, median) | TERM->child p50 (ms) | p99 (ms) | reap 1000 orphans as PID 1 (ms, median) | idle RSS (MiB) |\n")
+	fmt.Printf("|---|---|---|---|---|---|\n")
+	for j, in := range ab {
+		fmt.Printf("| %s | %.2f | %.3f | %.3f | %.1f | %.1f |\n", in.name, r[j].startup, r[j].p50, r[j].p99, r[j].reap, r[j].rss)
+	}
+	off, on := r[0], r[1]
+	fmt.Printf("| off / on | %.2fx | %.2fx | %.2fx | %.2fx | %.2fx |\n",
+		off.startup/on.startup, off.p50/on.p50, off.p99/on.p99, off.reap/on.reap, off.rss/on.rss)
+}
+
+// timeRun runs cmd to its end and returns the ms from its start.
+func timeRun(cmd *exec.Cmd) float64 {
+	t0 := time.Now()
+	check(cmd.Run())
+	return float64(time.Since(t0).Microseconds()) / 1000
 }
 
 // hyperfine times `INIT /bin/true` for each init and plain /bin/true, and
@@ -115,24 +202,30 @@ func hyperfine(inits []initCmd) map[string]float64 {
 func forwardLatency(in initCmd, self string, runs int) []float64 {
 	var out []float64
 	for i := 0; i < runs; i++ {
-		r, w, err := os.Pipe()
-		check(err)
-		cmd := exec.Command(in.argv[0], append(append([]string{}, in.argv[1:]...), self, "child-term")...)
-		cmd.ExtraFiles = []*os.File{w}
-		check(cmd.Start())
-		w.Close()
-		buf := make([]byte, 1)
-		_, err = r.Read(buf) // child ready
-		check(err)
-		t0 := time.Now()
-		check(cmd.Process.Signal(syscall.SIGTERM))
-		_, err = r.Read(buf)
-		check(err)
-		out = append(out, float64(time.Since(t0).Microseconds())/1000)
-		_ = cmd.Wait()
-		r.Close()
+		out = append(out, forwardOnce(in, self))
 	}
 	return out
+}
+
+// forwardOnce is one run of forwardLatency, in ms.
+func forwardOnce(in initCmd, self string) float64 {
+	r, w, err := os.Pipe()
+	check(err)
+	defer r.Close()
+	cmd := in.command(self, "child-term")
+	cmd.ExtraFiles = []*os.File{w}
+	check(cmd.Start())
+	w.Close()
+	buf := make([]byte, 1)
+	_, err = r.Read(buf) // child ready
+	check(err)
+	t0 := time.Now()
+	check(cmd.Process.Signal(syscall.SIGTERM))
+	_, err = r.Read(buf)
+	check(err)
+	ms := float64(time.Since(t0).Microseconds()) / 1000
+	_ = cmd.Wait()
+	return ms
 }
 
 // childTerm writes a byte to fd 3 when ready and another on SIGTERM.
@@ -150,15 +243,22 @@ func childTerm() {
 func reap(in initCmd, self string, runs int) float64 {
 	var ms []float64
 	for i := 0; i < runs; i++ {
-		args := append([]string{"--pid", "--fork", "--mount-proc"}, in.argv...)
-		args = append(args, self, "orphans", "1000")
-		out, err := exec.Command("unshare", args...).Output()
-		check(err)
-		v, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
-		check(err)
-		ms = append(ms, v)
+		ms = append(ms, reapOnce(in, self))
 	}
 	return percentile(ms, 50)
+}
+
+// reapOnce is one run of reap, in ms.
+func reapOnce(in initCmd, self string) float64 {
+	args := append([]string{"--pid", "--fork", "--mount-proc"}, in.argv...)
+	args = append(args, self, "orphans", "1000")
+	cmd := exec.Command("unshare", args...)
+	cmd.Env = in.environ()
+	out, err := cmd.Output()
+	check(err)
+	v, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+	check(err)
+	return v
 }
 
 // orphans starts n `cat` processes whose stdin is a pipe, through a middle
@@ -208,7 +308,7 @@ func orphans(n int) {
 
 // idleRSS starts INIT -- sleep and reads the init's VmRSS.
 func idleRSS(in initCmd) float64 {
-	cmd := exec.Command(in.argv[0], append(append([]string{}, in.argv[1:]...), "sleep", "10")...)
+	cmd := in.command("sleep", "10")
 	check(cmd.Start())
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	time.Sleep(500 * time.Millisecond)
