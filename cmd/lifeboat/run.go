@@ -134,6 +134,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	if !ok {
 		return 2
 	}
+	signals.ExplainURG(log)
 	cfg.Log = log
 	preemptCode := cfg.PreemptExitCode
 	if preemptCode <= 0 {
