@@ -78,53 +78,53 @@ func (a *awsSource) check(ctx context.Context) ([]Notice, bool, error) {
 // spot asks spot/instance-action once.
 func (a *awsSource) spot(ctx context.Context) (Notice, bool, error) {
 	what := "notice: aws spot instance-action at " + a.cfg.AWSEndpoint
-	status, body, err := a.get(ctx, awsSpotPath, what)
-	if err != nil {
+	var act awsAction
+	body, found, err := a.getJSON(ctx, awsSpotPath, what, &act)
+	if !found || err != nil {
 		return Notice{}, false, err
 	}
-	switch status {
-	case http.StatusNotFound:
-		return Notice{}, false, nil
-	case http.StatusOK:
-		var act awsAction
-		if err := json.Unmarshal(body, &act); err != nil {
-			return Notice{}, false, fmt.Errorf("%s: body %q is not the documented JSON: %w", what, snippet(body), err)
-		}
-		if act.Action == "" || act.Time == "" {
-			return Notice{}, false, fmt.Errorf("%s: body %q lacks action or time", what, snippet(body))
-		}
-		t, err := time.Parse(time.RFC3339, act.Time)
-		if err != nil {
-			return Notice{}, false, fmt.Errorf("%s: time %q is not RFC 3339: %w", what, act.Time, err)
-		}
-		return Notice{Kind: KindPreemption, Source: SourceAWS, Deadline: t, Detail: act.Action}, true, nil
-	default:
-		return Notice{}, false, errStatus(what, status, body)
+	if act.Action == "" || act.Time == "" {
+		return Notice{}, false, fmt.Errorf("%s: body %q lacks action or time", what, snippet(body))
 	}
+	t, err := time.Parse(time.RFC3339, act.Time)
+	if err != nil {
+		return Notice{}, false, fmt.Errorf("%s: time %q is not RFC 3339: %w", what, act.Time, err)
+	}
+	return Notice{Kind: KindPreemption, Source: SourceAWS, Deadline: t, Detail: act.Action}, true, nil
 }
 
 // rebalance asks events/recommendations/rebalance once.
 func (a *awsSource) rebalance(ctx context.Context) (Notice, bool, error) {
 	what := "notice: aws rebalance recommendation at " + a.cfg.AWSEndpoint
-	status, body, err := a.get(ctx, awsRebalancePath, what)
-	if err != nil {
+	var r awsRebalance
+	if _, found, err := a.getJSON(ctx, awsRebalancePath, what, &r); !found || err != nil {
 		return Notice{}, false, err
+	}
+	t, err := time.Parse(time.RFC3339, r.NoticeTime)
+	if err != nil {
+		return Notice{}, false, fmt.Errorf("%s: noticeTime %q is not RFC 3339: %w", what, r.NoticeTime, err)
+	}
+	return Notice{Kind: KindRebalance, Source: SourceAWS, Issued: t}, true, nil
+}
+
+// getJSON asks IMDS for path and decodes its JSON answer into v, which it
+// also returns as read. found is false when IMDS answers 404 (nothing to
+// report); errors begin with what.
+func (a *awsSource) getJSON(ctx context.Context, path, what string, v any) (body []byte, found bool, err error) {
+	status, body, err := a.get(ctx, path, what)
+	if err != nil {
+		return nil, false, err
 	}
 	switch status {
 	case http.StatusNotFound:
-		return Notice{}, false, nil
+		return body, false, nil
 	case http.StatusOK:
-		var r awsRebalance
-		if err := json.Unmarshal(body, &r); err != nil {
-			return Notice{}, false, fmt.Errorf("%s: body %q is not the documented JSON: %w", what, snippet(body), err)
+		if err := json.Unmarshal(body, v); err != nil {
+			return body, false, fmt.Errorf("%s: body %q is not the documented JSON: %w", what, snippet(body), err)
 		}
-		t, err := time.Parse(time.RFC3339, r.NoticeTime)
-		if err != nil {
-			return Notice{}, false, fmt.Errorf("%s: noticeTime %q is not RFC 3339: %w", what, r.NoticeTime, err)
-		}
-		return Notice{Kind: KindRebalance, Source: SourceAWS, Issued: t}, true, nil
+		return body, true, nil
 	default:
-		return Notice{}, false, errStatus(what, status, body)
+		return body, false, errStatus(what, status, body)
 	}
 }
 
