@@ -2,52 +2,14 @@ package main
 
 import (
 	"context"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-)
 
-// silentEndpoint is an S3 endpoint that accepts connections, reads what
-// arrives and never answers: a black-holed endpoint behind a load balancer.
-func silentEndpoint(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		wg    sync.WaitGroup
-	)
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Go(func() { _, _ = io.Copy(io.Discard, c) })
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return "http://" + ln.Addr().String()
-}
+	"github.com/lifeboat-project/lifeboat/internal/testenv"
+)
 
 // runLifeboat runs the binary with env added and returns its exit code and
 // output; a run that outlives hangLimit fails the test.
@@ -69,7 +31,7 @@ func runLifeboat(t *testing.T, env []string, args ...string) (int, string) {
 // timeouts set by flag or environment, with a message that names the
 // endpoint and the flag to raise, and no credential.
 func TestStoreTimeoutBlackHole(t *testing.T) {
-	endpoint := silentEndpoint(t)
+	endpoint := "http://" + testenv.SilentServer(t)
 	marker := filepath.Join(t.TempDir(), "ran")
 	const secret = "lifeboat-secret-value-xyz"
 	creds := []string{"AWS_ACCESS_KEY_ID=AKIDLIFEBOATTEST", "AWS_SECRET_ACCESS_KEY=" + secret}

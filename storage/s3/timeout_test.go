@@ -10,54 +10,17 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/lifeboat-project/lifeboat/internal/testenv"
 	"github.com/lifeboat-project/lifeboat/storage"
 )
 
 // hangGuard is how long a call may take before the test calls it hung. It
 // guards against hangs only: the calls under test end within a second.
 const hangGuard = 30 * time.Second
-
-// silentServer accepts connections, reads and discards what arrives and
-// never answers, as a black-holed endpoint behind a load balancer does.
-func silentServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		wg    sync.WaitGroup
-	)
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Go(func() { _, _ = io.Copy(io.Discard, c) })
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return ln.Addr().String()
-}
 
 // unacceptingServer returns the address of a listener whose accept queue
 // is full and never drained: the kernel drops further SYNs, so a connect
@@ -161,7 +124,7 @@ func TestTimeoutBlackHole(t *testing.T) {
 		addr func(*testing.T) string
 		flag string
 	}{
-		{"silent", silentServer, "--s3-response-timeout"},
+		{"silent", testenv.SilentServer, "--s3-response-timeout"},
 		{"unaccepting", unacceptingServer, "--s3-connect-timeout"},
 	} {
 		t.Run(server.name, func(t *testing.T) {
