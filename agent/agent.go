@@ -372,8 +372,8 @@ func (a *Agent) upload(ctx context.Context, r watch.Ready, prune bool) error {
 		}
 	}
 	a.mu.Unlock()
-	a.cfg.Log.Info("checkpoint.committed", "id", r.ID, "step", r.Step, "rank", a.cfg.Rank, "bytes", res.Bytes,
-		"uploaded_bytes", res.UploadedBytes, "deduped_bytes", res.DedupedBytes, "seconds", el.Seconds(),
+	a.cfg.Log.Info("checkpoint.committed", "id", r.ID, "step", r.Step, "rank", a.cfg.Rank, "files", res.Files, "bytes", res.Bytes,
+		"reused_files", res.ReusedFiles, "uploaded_bytes", res.UploadedBytes, "deduped_bytes", res.DedupedBytes, "seconds", el.Seconds(),
 		"already_committed", res.AlreadyCommitted, "manifest", res.Key)
 	if prune && a.cfg.Keep > 0 && a.cfg.Rank == 0 {
 		pr, err := checkpoint.Prune(ctx, a.cfg.Uploader.Store, checkpoint.PruneOptions{

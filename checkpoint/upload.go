@@ -466,8 +466,6 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, targe
 		log.Info("checkpoint.revised", "step", target.Step, "rank", target.Rank, "revision", res.Revision,
 			"why", "the step's files changed after it was committed")
 	}
-	log.Info("checkpoint: committed", "key", res.Key, "files", res.Files, "bytes", res.Bytes,
-		"uploaded", res.UploadedBytes, "deduped", res.DedupedBytes, "reused_files", res.ReusedFiles)
 	return res, nil
 }
 
