@@ -1,10 +1,8 @@
 package signals
 
 import (
-	"context"
 	"errors"
 	"log/slog"
-	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -51,26 +49,6 @@ func (t Target) Send(kill KillFunc, sig unix.Signal) error {
 		return kill(t.Pid, sig)
 	}
 	return kill(-t.Pid, sig)
-}
-
-// Forward relays signals from in to the target until ctx ends, applying rw.
-// Signals that are not Forwardable are dropped. Failed sends are logged;
-// ESRCH is expected when the child has just exited and is only logged at
-// debug level. Forward is for callers that have no other use for signals;
-// the supervisor's own loop calls Deliver inline instead.
-func Forward(ctx context.Context, in <-chan os.Signal, t Target, rw Rewrite, kill KillFunc, log *slog.Logger) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case s := <-in:
-			sig, ok := s.(unix.Signal)
-			if !ok {
-				continue
-			}
-			Deliver(t, rw, kill, sig, log)
-		}
-	}
 }
 
 // Deliver forwards one received signal to the target, rewritten by rw. It

@@ -2,7 +2,6 @@ package signals
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -11,7 +10,6 @@ import (
 	"sync"
 	"testing"
 
-	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 )
 
@@ -131,21 +129,12 @@ func (r *recorder) kill(pid int, sig unix.Signal) error {
 	return r.err
 }
 
-func TestForward(t *testing.T) {
-	defer goleak.VerifyNone(t)
+func TestDeliverToGroup(t *testing.T) {
 	rec := &recorder{}
-	in := make(chan os.Signal)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		Forward(ctx, in, Target{Pid: 42}, Rewrite{unix.SIGTERM: unix.SIGUSR1}, rec.kill, slog.New(slog.DiscardHandler))
-		close(done)
-	}()
-	for _, s := range []os.Signal{unix.SIGCHLD, unix.SIGTERM, unix.SIGURG, unix.SIGHUP, os.Interrupt} {
-		in <- s
+	log := slog.New(slog.DiscardHandler)
+	for _, s := range []unix.Signal{unix.SIGCHLD, unix.SIGTERM, unix.SIGHUP, unix.SIGINT} {
+		Deliver(Target{Pid: 42}, Rewrite{unix.SIGTERM: unix.SIGUSR1}, rec.kill, s, log)
 	}
-	cancel()
-	<-done
 	want := []sent{{-42, unix.SIGUSR1}, {-42, unix.SIGHUP}, {-42, unix.SIGINT}}
 	if len(rec.sent) != len(want) {
 		t.Fatalf("sent %v, want %v", rec.sent, want)

@@ -9,7 +9,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,9 +18,6 @@ import (
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
-
-// errUsage means the command line was wrong; usage has been printed.
-var errUsage = errors.New("usage")
 
 // startup holds the signals caught since lifeboat started; nil when the
 // commands run in-process (tests).
