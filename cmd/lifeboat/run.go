@@ -194,12 +194,7 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptio
 	}
 	gp, err := o.gpu.plan(cfg.Env, cfg.Log)
 	if err != nil {
-		code := supervisor.CodeInternal
-		var ue usageError
-		if errors.As(err, &ue) {
-			code = 2
-		}
-		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: code}
+		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: startCode(err)}
 	}
 	defer gp.close()
 	if gp != nil {
@@ -224,10 +219,16 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptio
 			}
 		}()
 	}
+	// --metrics-addr's syntax was checked before anything started; an
+	// address that cannot be served (already in use, not this host's) is
+	// lifeboat's runtime failure, as for the sidecar.
 	m, err := obs.startMetrics(bg, cfg.Log)
 	if err != nil {
-		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: 2}
+		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: startCode(err)}
 	}
+	// notice.Watch fails only on its settings (the SDKs' variables, such as
+	// AWS_EC2_METADATA_DISABLED with --notices aws): bad configuration. A
+	// source that fails while it runs is logged and asked again.
 	if cfg.Notices, err = obs.watchNotices(bg, m, cfg.Log); err != nil {
 		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: 2}
 	}
@@ -253,6 +254,16 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptio
 	m.SetReady(true)
 	cfg.Signals = startup.handOff()
 	return js.exit(supervisor.Run(ctx, cfg), cfg)
+}
+
+// startCode is the exit code of a part of run that could not start: 2 for
+// a bad value (usageError), else lifeboat's own runtime failure.
+func startCode(err error) int {
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return supervisor.CodeInternal
 }
 
 // exitCode maps Run's result to lifeboat's exit code, printing spawn
