@@ -54,7 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "doctor":
 		return doctorCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
-		fmt.Fprintf(stdout, "lifeboat %s\n", version)
+		fmt.Fprintln(stdout, versionLine())
 		return 0
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
@@ -81,7 +81,7 @@ Usage:
   lifeboat verify --store URL [STEP]     check checkpoints for missing or corrupt data
   lifeboat prune --store URL --keep N    delete all but the newest N checkpoints
   lifeboat doctor [--store URL] [--json] GPUs seen and what the trainer gets, memory plan, store reachability
-  lifeboat version                       print the version
+  lifeboat version                       print the version and the build flavour (static or gpu)
   lifeboat help [COMMAND]                show this help, or a command's flags
 
 Every flag has an environment twin: --grace is LIFEBOAT_GRACE. A flag wins
