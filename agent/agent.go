@@ -91,6 +91,7 @@ type Agent struct {
 	// deaths and openAtKill are what the supervisor reported (interrupt.go).
 	deaths     []Death
 	openAtKill map[string]time.Time
+	notify     func(Event) // events.go
 }
 
 type flushReq struct {
@@ -143,10 +144,11 @@ func (a *Agent) Restored(step int64, paths []string) {
 		seen[p] = fileState{size: fi.Size(), mtime: fi.ModTime()}
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	a.restored = seen
 	a.stats.RestoredStep = step
 	a.stats.LastStep = step
+	a.mu.Unlock()
+	a.emit(Event{Kind: EventRestored, Step: step})
 }
 
 type fileState struct {
@@ -297,6 +299,7 @@ func (a *Agent) interrupted(r watch.Ready, file string, pid int, why string) {
 		args = append(args, "pid", pid)
 	}
 	a.cfg.Log.Warn("checkpoint.interrupted", args...)
+	a.emit(Event{Kind: EventInterrupted, Step: r.Step, ID: r.ID, Path: file, Why: why})
 }
 
 // isRestored reports whether every file of r is a restored file, unchanged
@@ -375,6 +378,7 @@ func (a *Agent) upload(ctx context.Context, r watch.Ready, prune bool) error {
 	a.cfg.Log.Info("checkpoint.committed", "id", r.ID, "step", r.Step, "rank", a.cfg.Rank, "files", res.Files, "bytes", res.Bytes,
 		"reused_files", res.ReusedFiles, "uploaded_bytes", res.UploadedBytes, "deduped_bytes", res.DedupedBytes, "seconds", el.Seconds(),
 		"already_committed", res.AlreadyCommitted, "manifest", res.Key)
+	a.emit(Event{Kind: EventCommitted, Step: r.Step, Bytes: res.Bytes, Seconds: el.Seconds(), Saved: r.LastChange(), Final: !prune})
 	if prune && a.cfg.Keep > 0 && a.cfg.Rank == 0 {
 		pr, err := checkpoint.Prune(ctx, a.cfg.Uploader.Store, checkpoint.PruneOptions{
 			Keep: a.cfg.Keep, SafetyWindow: a.cfg.SafetyWindow, Log: a.cfg.Log})
@@ -402,16 +406,17 @@ func (a *Agent) finished(r watch.Ready, older []watch.Ready, err error) {
 		return
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if err != nil {
 		a.stats.Failures++
 		a.stats.LastUploadError = err.Error()
+		a.mu.Unlock()
 		lvl := slog.LevelWarn
 		if storage.IsPermanent(err) {
 			lvl = slog.LevelError
 		}
 		a.cfg.Log.Log(context.Background(), lvl, "checkpoint.upload_failed", "id", r.ID, "step", r.Step, "err", err,
 			"effect", "retried at the next scan; the previous committed checkpoint stays the latest")
+		a.emit(Event{Kind: EventUploadFailed, Step: r.Step, Err: err.Error()})
 		return
 	}
 	a.cfg.Watcher.Done(r)
@@ -419,6 +424,7 @@ func (a *Agent) finished(r watch.Ready, older []watch.Ready, err error) {
 	a.stats.LastStep = r.Step
 	a.stats.LastCommit = a.cfg.Clock()
 	a.stats.LastUploadError = ""
+	a.mu.Unlock()
 }
 
 // Flush stops the background loop and commits the newest complete
