@@ -1,0 +1,640 @@
+package docs
+
+import (
+	"bufio"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// eventName is the one form of an event name: area.event, lower case.
+var eventName = regexp.MustCompile(`^[a-z0-9]+\.[a-z0-9_]+$`)
+
+// looksLikeEvent picks out the messages of calls on receivers that are not
+// named like a logger (log, l.cfg.Log, slog): only these count as events,
+// and they are then held to eventName.
+var looksLikeEvent = regexp.MustCompile(`^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$`)
+
+// legacyMessages are messages still logged without an event name. They
+// are documented in LOGS.md like events, and exempt from eventName until
+// the code names them; the test fails once one is no longer logged, so
+// the list only shrinks. Never add to it: name the event instead.
+var legacyMessages = map[string]bool{
+	"checkpoint: prune: step cannot be restored; it counts toward no --keep":  true,
+	"checkpoint: prune: fewer complete steps than to keep; nothing to delete": true,
+	"checkpoint: pruned": true,
+	"checkpoint: snapshot cannot be restored, falling back to an older one": true,
+}
+
+// msgArg is the index of the message argument of each slog.Logger (and
+// package slog) logging method.
+var msgArg = map[string]int{
+	"Debug": 0, "Info": 0, "Warn": 0, "Error": 0,
+	"DebugContext": 1, "InfoContext": 1, "WarnContext": 1, "ErrorContext": 1,
+	"Log": 2, "LogAttrs": 2,
+}
+
+// site is where an event is logged.
+type site struct {
+	name string
+	pos  string // file:line, relative to the module root
+}
+
+// TestLogEventsDocumented fails when an event the code logs is missing
+// from LOGS.md, or LOGS.md lists an event the code no longer logs.
+func TestLogEventsDocumented(t *testing.T) {
+	sites, unnamed := codeEvents(t, "..")
+	for _, u := range unnamed {
+		t.Errorf("%s", u)
+	}
+	docs := docEvents(t, "LOGS.md")
+
+	code := map[string][]string{}
+	for _, s := range sites {
+		if !slices.Contains(code[s.name], s.pos) {
+			code[s.name] = append(code[s.name], s.pos)
+		}
+	}
+	var add, remove []string
+	for name, pos := range code {
+		if _, ok := docs[name]; !ok {
+			add = append(add, fmt.Sprintf("  %s (logged at %s)", name, strings.Join(pos, ", ")))
+		}
+	}
+	for name, line := range docs {
+		if _, ok := code[name]; !ok {
+			remove = append(remove, fmt.Sprintf("  %s (LOGS.md:%d)", name, line))
+		}
+	}
+	slices.Sort(add)
+	slices.Sort(remove)
+	if len(add) > 0 {
+		t.Errorf("events the code logs that docs/LOGS.md does not list; add them to their area's table:\n%s", strings.Join(add, "\n"))
+	}
+	if len(remove) > 0 {
+		t.Errorf("events docs/LOGS.md lists that the code no longer logs; remove them:\n%s", strings.Join(remove, "\n"))
+	}
+	if len(code) < 50 {
+		t.Errorf("found only %d events in the code; the extractor has stopped seeing them", len(code))
+	}
+}
+
+// TestLogEventNames fails when an event name is not of the form
+// area.event, in the code or in LOGS.md.
+func TestLogEventNames(t *testing.T) {
+	sites, _ := codeEvents(t, "..")
+	var bad []string
+	logged := map[string]bool{}
+	for _, s := range sites {
+		logged[s.name] = true
+		if !eventName.MatchString(s.name) && !legacyMessages[s.name] {
+			bad = append(bad, fmt.Sprintf("  %q at %s", s.name, s.pos))
+		}
+	}
+	for name, line := range docEvents(t, "LOGS.md") {
+		if !eventName.MatchString(name) && !legacyMessages[name] {
+			bad = append(bad, fmt.Sprintf("  %q at docs/LOGS.md:%d", name, line))
+		}
+	}
+	slices.Sort(bad)
+	if len(bad) > 0 {
+		t.Errorf("event names must match %s (area.event: lower case, digits, and _ after the dot); rename:\n%s", eventName, strings.Join(bad, "\n"))
+	}
+	var gone []string
+	for m := range legacyMessages {
+		if !logged[m] {
+			gone = append(gone, fmt.Sprintf("  %q", m))
+		}
+	}
+	slices.Sort(gone)
+	if len(gone) > 0 {
+		t.Errorf("legacyMessages in docs/logs_test.go lists messages the code no longer logs; remove them there (and from LOGS.md):\n%s", strings.Join(gone, "\n"))
+	}
+}
+
+// docEvents reads the event tables of a LOGS.md: every table whose header's
+// first cell is "event". It returns each event's line; an event listed
+// twice is an error.
+func docEvents(t *testing.T, path string) map[string]int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	events := map[string]int{}
+	inTable := false
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if !strings.HasPrefix(line, "|") {
+			inTable = false
+			continue
+		}
+		first := strings.TrimSpace(strings.SplitN(strings.TrimPrefix(line, "|"), "|", 2)[0])
+		switch {
+		case strings.EqualFold(first, "event"):
+			inTable = true
+			continue
+		case !inTable || strings.Trim(first, "-: ") == "":
+			continue
+		}
+		name, ok := strings.CutPrefix(first, "`")
+		if ok {
+			name, ok = strings.CutSuffix(name, "`")
+		}
+		if !ok || name == "" {
+			t.Errorf("docs/LOGS.md:%d: the first cell of an event row must be one `area.event`, got %q", n, first)
+			continue
+		}
+		if prev, dup := events[name]; dup {
+			t.Errorf("docs/LOGS.md:%d: %s is already listed at line %d; list each event once", n, name, prev)
+			continue
+		}
+		events[name] = n
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(events) == 0 {
+		t.Fatalf("%s has no event table (a table whose first column is headed \"event\")", path)
+	}
+	return events
+}
+
+// pkg is one directory's Go files, parsed.
+type pkg struct {
+	fset   *token.FileSet
+	root   string
+	files  []*ast.File
+	funcs  map[string][]*ast.FuncDecl // functions and methods by name
+	consts map[string]ast.Expr        // package-level constants
+}
+
+// codeEvents parses the non-test Go files of the module at root and
+// returns every event logged, and a line for each logging call whose
+// message cannot be named without running the code.
+func codeEvents(t *testing.T, root string) (sites []site, unnamed []string) {
+	t.Helper()
+	fset := token.NewFileSet()
+	dirs := map[string][]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			n := d.Name()
+			if p != root && (strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_") || n == "testdata" || n == "vendor") {
+				return filepath.SkipDir
+			}
+			if p != root {
+				if _, err := os.Stat(filepath.Join(p, "go.mod")); err == nil {
+					return filepath.SkipDir // another module
+				}
+			}
+			return nil
+		}
+		if strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") {
+			dirs[filepath.Dir(p)] = append(dirs[filepath.Dir(p)], p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, paths := range dirs {
+		pk := &pkg{fset: fset, root: root, funcs: map[string][]*ast.FuncDecl{}, consts: map[string]ast.Expr{}}
+		for _, p := range paths {
+			f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pk.files = append(pk.files, f)
+		}
+		pk.index()
+		s, u := pk.events()
+		sites = append(sites, s...)
+		unnamed = append(unnamed, u...)
+	}
+	slices.SortFunc(sites, func(a, b site) int { return strings.Compare(a.pos, b.pos) })
+	slices.Sort(unnamed)
+	return sites, unnamed
+}
+
+func (pk *pkg) index() {
+	for _, f := range pk.files {
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				pk.funcs[d.Name.Name] = append(pk.funcs[d.Name.Name], d)
+			case *ast.GenDecl:
+				if d.Tok != token.CONST {
+					continue
+				}
+				for _, s := range d.Specs {
+					vs := s.(*ast.ValueSpec)
+					for i, n := range vs.Names {
+						if i < len(vs.Values) {
+							pk.consts[n.Name] = vs.Values[i]
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func (pk *pkg) pos(p token.Pos) string {
+	position := pk.fset.Position(p)
+	rel, err := filepath.Rel(pk.root, position.Filename)
+	if err != nil {
+		rel = position.Filename
+	}
+	return fmt.Sprintf("%s:%d", filepath.ToSlash(rel), position.Line)
+}
+
+// events finds the logging calls of the package and names their events.
+func (pk *pkg) events() (sites []site, unnamed []string) {
+	for _, f := range pk.files {
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				call, ok := n.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				sel, ok := call.Fun.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				i, ok := msgArg[sel.Sel.Name]
+				if !ok || len(call.Args) <= i {
+					return true
+				}
+				msg := call.Args[i]
+				if !strings.Contains(strings.ToLower(exprString(sel.X)), "log") {
+					// Not a logger by its name (t.Error, a metric's Log):
+					// an event only when its literal message looks like one.
+					if s, ok := stringLit(msg); ok && looksLikeEvent.MatchString(s) {
+						sites = append(sites, site{s, pk.pos(call.Pos())})
+					}
+					return true
+				}
+				names, ok := pk.resolve(msg, fn, 0)
+				if !ok {
+					unnamed = append(unnamed, fmt.Sprintf("%s: %s.%s logs a message that is not a string constant (or a variable, parameter or result set only from constants); log a literal area.event",
+						pk.pos(call.Pos()), exprString(sel.X), sel.Sel.Name))
+					return true
+				}
+				for _, name := range names {
+					sites = append(sites, site{name, pk.pos(call.Pos())})
+				}
+				return true
+			})
+		}
+	}
+	return sites, unnamed
+}
+
+// resolve names the string values e can take in fn: a literal, a constant,
+// a variable assigned only such values, a parameter every caller in the
+// package passes such a value, or a result of a function of the package
+// that returns only such values. The empty string (no event) is dropped.
+func (pk *pkg) resolve(e ast.Expr, fn *ast.FuncDecl, depth int) ([]string, bool) {
+	if depth > 8 {
+		return nil, false
+	}
+	switch e := e.(type) {
+	case *ast.ParenExpr:
+		return pk.resolve(e.X, fn, depth+1)
+	case *ast.BasicLit:
+		s, ok := stringLit(e)
+		if !ok {
+			return nil, false
+		}
+		if s == "" {
+			return nil, true
+		}
+		return []string{s}, true
+	case *ast.Ident:
+		return pk.resolveIdent(e, fn, depth)
+	}
+	return nil, false
+}
+
+func (pk *pkg) resolveIdent(id *ast.Ident, fn *ast.FuncDecl, depth int) ([]string, bool) {
+	// Declared in fn: a local constant or variable, a parameter, a result.
+	if fn != nil {
+		var values []ast.Expr // what the name is given in fn
+		var calls []callResult
+		declared := false
+		ast.Inspect(fn.Body, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.ValueSpec:
+				for i, name := range n.Names {
+					if name.Name != id.Name {
+						continue
+					}
+					declared = true
+					switch {
+					case len(n.Values) == len(n.Names):
+						values = append(values, n.Values[i])
+					case len(n.Values) == 1:
+						if c, ok := n.Values[0].(*ast.CallExpr); ok {
+							calls = append(calls, callResult{c, i})
+						} else {
+							values = append(values, nil)
+						}
+					}
+				}
+			case *ast.AssignStmt:
+				for i, l := range n.Lhs {
+					if l, ok := l.(*ast.Ident); !ok || l.Name != id.Name {
+						continue
+					}
+					declared = true
+					switch {
+					case n.Tok != token.ASSIGN && n.Tok != token.DEFINE:
+						values = append(values, nil) // +=: computed
+					case len(n.Rhs) == len(n.Lhs):
+						values = append(values, n.Rhs[i])
+					case len(n.Rhs) == 1:
+						if c, ok := n.Rhs[0].(*ast.CallExpr); ok {
+							calls = append(calls, callResult{c, i})
+						} else {
+							values = append(values, nil) // v, ok := m[k]
+						}
+					}
+				}
+			}
+			return true
+		})
+		if k := paramIndex(fn, id.Name); k >= 0 {
+			return pk.resolveParam(fn, k, depth)
+		}
+		if declared || resultIndex(fn, id.Name) >= 0 {
+			var names []string
+			for _, v := range values {
+				if v == nil {
+					return nil, false
+				}
+				n, ok := pk.resolve(v, fn, depth+1)
+				if !ok {
+					return nil, false
+				}
+				names = append(names, n...)
+			}
+			for _, c := range calls {
+				n, ok := pk.resolveResult(c, depth)
+				if !ok {
+					return nil, false
+				}
+				names = append(names, n...)
+			}
+			return names, true
+		}
+	}
+	if v, ok := pk.consts[id.Name]; ok {
+		return pk.resolve(v, nil, depth+1)
+	}
+	return nil, false
+}
+
+// callResult is result i of a call.
+type callResult struct {
+	call *ast.CallExpr
+	i    int
+}
+
+// resolveResult names what result r.i of the package's function r.call
+// calls can be, from its return statements.
+func (pk *pkg) resolveResult(r callResult, depth int) ([]string, bool) {
+	decls := pk.funcs[funcName(r.call.Fun)]
+	if len(decls) == 0 {
+		return nil, false
+	}
+	var names []string
+	for _, fn := range decls {
+		if fn.Body == nil {
+			return nil, false
+		}
+		ok := true
+		ast.Inspect(fn.Body, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.FuncLit:
+				return false // its returns are its own
+			case *ast.ReturnStmt:
+				if len(n.Results) == 0 {
+					ok = false // a bare return of a named result: not followed
+					return false
+				}
+				if r.i >= len(n.Results) {
+					ok = false
+					return false
+				}
+				got, rok := pk.resolve(n.Results[r.i], fn, depth+1)
+				if !rok {
+					ok = false
+				}
+				names = append(names, got...)
+			}
+			return ok
+		})
+		if !ok {
+			return nil, false
+		}
+	}
+	return names, true
+}
+
+// resolveParam names what every call of fn in the package passes as its
+// parameter k.
+func (pk *pkg) resolveParam(fn *ast.FuncDecl, k int, depth int) ([]string, bool) {
+	var names []string
+	found, ok := false, true
+	for _, f := range pk.files {
+		for _, d := range f.Decls {
+			caller, isFn := d.(*ast.FuncDecl)
+			if !isFn || caller.Body == nil {
+				continue
+			}
+			ast.Inspect(caller.Body, func(n ast.Node) bool {
+				c, isCall := n.(*ast.CallExpr)
+				if !isCall || funcName(c.Fun) != fn.Name.Name {
+					return true
+				}
+				if c.Ellipsis.IsValid() || k >= len(c.Args) {
+					ok = false
+					return true
+				}
+				found = true
+				got, rok := pk.resolve(c.Args[k], caller, depth+1)
+				if !rok {
+					ok = false
+				}
+				names = append(names, got...)
+				return true
+			})
+		}
+	}
+	return names, found && ok
+}
+
+// paramIndex is the index of fn's parameter named name, or -1.
+func paramIndex(fn *ast.FuncDecl, name string) int {
+	return fieldIndex(fn.Type.Params, name)
+}
+
+// resultIndex is the index of fn's named result name, or -1.
+func resultIndex(fn *ast.FuncDecl, name string) int {
+	return fieldIndex(fn.Type.Results, name)
+}
+
+func fieldIndex(fl *ast.FieldList, name string) int {
+	if fl == nil {
+		return -1
+	}
+	i := 0
+	for _, f := range fl.List {
+		if len(f.Names) == 0 {
+			i++
+			continue
+		}
+		for _, n := range f.Names {
+			if n.Name == name {
+				return i
+			}
+			i++
+		}
+	}
+	return -1
+}
+
+// funcName is the name a call calls: f in f(...) and x.f(...).
+func funcName(e ast.Expr) string {
+	switch e := e.(type) {
+	case *ast.Ident:
+		return e.Name
+	case *ast.SelectorExpr:
+		return e.Sel.Name
+	}
+	return ""
+}
+
+func stringLit(e ast.Expr) (string, bool) {
+	lit, ok := e.(*ast.BasicLit)
+	if !ok || lit.Kind != token.STRING {
+		return "", false
+	}
+	s, err := strconv.Unquote(lit.Value)
+	return s, err == nil
+}
+
+// exprString renders a receiver such as a.cfg.Log or l.log().
+func exprString(e ast.Expr) string {
+	switch e := e.(type) {
+	case *ast.Ident:
+		return e.Name
+	case *ast.SelectorExpr:
+		return exprString(e.X) + "." + e.Sel.Name
+	case *ast.CallExpr:
+		return exprString(e.Fun) + "()"
+	case *ast.ParenExpr:
+		return exprString(e.X)
+	case *ast.StarExpr:
+		return "*" + exprString(e.X)
+	case *ast.IndexExpr:
+		return exprString(e.X) + "[]"
+	}
+	return "?"
+}
+
+// TestCodeEventsFindsEveryForm runs the extractor on a small module that
+// logs in each way the code does, and in ways it must refuse.
+func TestCodeEventsFindsEveryForm(t *testing.T) {
+	root := t.TempDir()
+	write := func(name, src string) {
+		t.Helper()
+		p := filepath.Join(root, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module example.com/m\n")
+	write("a/a.go", `package a
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+)
+
+const eventB = "area.from_const"
+
+type W struct{ log *slog.Logger }
+
+func (w *W) line(log *slog.Logger, msg string) { log.Info(msg, "k", 1) }
+
+func pick(x int) (event, why string) {
+	if x > 0 {
+		return eventB, "positive"
+	}
+	if x < 0 {
+		return "area.from_result", "negative"
+	}
+	return "", ""
+}
+
+func f(ctx context.Context, log *slog.Logger, w *W, lvl slog.Level, t *testing.T, x int) {
+	log.Info("area.literal")
+	w.log.WarnContext(ctx, "area.context")
+	log.Log(ctx, lvl, "area.with_level")
+	const local = "area.local_const"
+	log.Debug(local)
+	w.line(log, "area.through_param")
+	if ev, _ := pick(x); ev != "" {
+		log.Error(ev)
+	}
+	t.Error("not a log line")
+	log.Info("Area.BadName")
+	log.Info("area: not an event")
+	log.Info("area." + "computed")
+}
+`)
+	write("a/a_test.go", "package a\n\nimport \"log/slog\"\n\nfunc g(log *slog.Logger) { log.Info(\"area.in_a_test\") }\n")
+	write("a/testdata/x.go", "package x\n\nimport \"log/slog\"\n\nfunc g(log *slog.Logger) { log.Info(\"area.in_testdata\") }\n")
+	write("sub/go.mod", "module example.com/sub\n")
+	write("sub/s.go", "package sub\n\nimport \"log/slog\"\n\nfunc g(log *slog.Logger) { log.Info(\"area.other_module\") }\n")
+
+	sites, unnamed := codeEvents(t, root)
+	var got []string
+	for _, s := range sites {
+		if !slices.Contains(got, s.name) {
+			got = append(got, s.name)
+		}
+	}
+	slices.Sort(got)
+	want := []string{"Area.BadName", "area.context", "area.from_const", "area.from_result", "area.literal",
+		"area.local_const", "area.through_param", "area.with_level", "area: not an event"}
+	if !slices.Equal(got, want) {
+		t.Errorf("events found:\n %q\nwant\n %q", got, want)
+	}
+	if len(unnamed) != 1 || !strings.Contains(unnamed[0], "a/a.go:") {
+		t.Errorf("want the one computed message reported, got %q", unnamed)
+	}
+}
