@@ -1,17 +1,14 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
+	"path/filepath"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/lifeboat-project/lifeboat/limits/gpu"
 	"github.com/lifeboat-project/lifeboat/supervisor"
@@ -48,10 +45,17 @@ type gpuPlan struct {
 	Env       []string     `json:"trainer_env"`
 	Notes     []string     `json:"notes,omitempty"`
 	Conflicts []string     `json:"conflicts,omitempty"`
+	// Visible says the container has a GPU to protect: the request gives
+	// one (not none or void) and it names devices or /dev has an NVIDIA
+	// device node. Without one, protections that need NVML are moot.
+	Visible bool `json:"gpu_visible"`
+	// LimitMiB is the Paddle pool limit lifeboat set, 0 if none.
+	LimitMiB uint64 `json:"memory_limit_mib"`
+	// LimitSkipped says why --gpu-memory-limit was not applied, "" if it was.
+	LimitSkipped string `json:"memory_limit_skipped,omitempty"`
 
 	driver  gpu.Driver // open when Checked, for the watchdog; Close it
 	devices []string   // UUIDs of the trainer's devices
-	limitMB uint64     // FLAGS_gpu_memory_limit_mb, 0 if none
 }
 
 // close releases NVML.
@@ -61,10 +65,26 @@ func (p *gpuPlan) close() {
 	}
 }
 
+// devDir holds the NVIDIA device nodes (nvidia0, nvidia1, ...).
+var devDir = "/dev"
+
+// deviceNodes reports whether a /dev/nvidiaN node exists: a GPU the
+// container can use, whatever NVML says.
+func deviceNodes() bool {
+	m, _ := filepath.Glob(filepath.Join(devDir, "nvidia[0-9]*"))
+	return len(m) > 0
+}
+
+// errNeedsNVML marks a protection the user asked for that needs NVML where
+// NVML is not available.
+var errNeedsNVML = errors.New("NVML is not available")
+
 // plan computes the trainer's GPU environment from the flags and env (the
 // trainer's environment as it would be). It returns nil when nothing about
 // GPUs was asked or given. Errors are the user's: a bad --gpus, a device
-// NVML does not see, two MIG devices.
+// NVML does not see, two MIG devices, and --gpu-memory-limit auto or a
+// fraction where a GPU is visible but NVML is not available (a usageError
+// wrapping errNeedsNVML).
 func (o *gpuOptions) plan(env []string, log *slog.Logger) (*gpuPlan, error) {
 	get := func(k string) (string, bool) {
 		for i := len(env) - 1; i >= 0; i-- {
@@ -94,6 +114,13 @@ func (o *gpuOptions) plan(env []string, log *slog.Logger) (*gpuPlan, error) {
 	case o.memoryLimit == "":
 		return nil, nil
 	}
+	switch req.Mode {
+	case gpu.None, gpu.Void:
+	case gpu.List, gpu.Count:
+		p.Visible = true
+	default:
+		p.Visible = deviceNodes()
+	}
 	if _, set := get("CUDA_VISIBLE_DEVICES"); set && o.gpus == "" {
 		log.Info("gpu.keep_cuda_visible_devices", "effect", "CUDA_VISIBLE_DEVICES is already set for the trainer and --gpus is not given: left as it is")
 		req = gpu.Request{}
@@ -110,6 +137,7 @@ func (o *gpuOptions) plan(env []string, log *slog.Logger) (*gpuPlan, error) {
 			_ = d.Close()
 		} else {
 			p.NVML, p.Inventory, p.driver = "ok", inv.Devices, d
+			p.Visible = p.Visible || len(inv.Devices) > 0
 		}
 	case errors.Is(err, gpu.ErrNoNVML):
 		p.NVML = err.Error()
@@ -121,6 +149,7 @@ func (o *gpuOptions) plan(env []string, log *slog.Logger) (*gpuPlan, error) {
 	var v gpu.Visibility
 	if req.Mode != gpu.Unset {
 		if v, err = gpu.Plan(req, inv); err != nil {
+			p.close()
 			return nil, fmt.Errorf("GPUs (%s %q): %w", p.Source, p.Request, err)
 		}
 	}
@@ -131,20 +160,22 @@ func (o *gpuOptions) plan(env []string, log *slog.Logger) (*gpuPlan, error) {
 		}
 	}
 	if o.memoryLimit != "" {
-		vars, conflicts, err := gpu.MemoryPlan(o.memoryLimit, v.MemoryTotal(), supervisor.MergeEnv(env, v.Env))
+		pool, err := gpu.PlanPool(o.memoryLimit, v.MemoryTotal(), supervisor.MergeEnv(env, v.Env))
 		switch {
-		case errors.Is(err, gpu.ErrMemoryUnknown) && o.memoryLimit == "auto":
-			log.Warn("gpu.memory_limit_skipped", "err", err, "effect", "no FLAGS_gpu_memory_limit_mb; give --gpu-memory-limit in MiB where NVML is not available")
+		case errors.Is(err, gpu.ErrMemoryUnknown) && p.Visible:
+			p.close()
+			return nil, usageError{fmt.Errorf("--gpu-memory-limit (LIFEBOAT_GPU_MEMORY_LIMIT) %q needs the GPU's memory and %w here (%s): give the limit in MiB, such as --gpu-memory-limit 8192, or run a lifeboat built with cgo where libnvidia-ml.so.1 loads",
+				o.memoryLimit, errNeedsNVML, p.NVML)}
+		case errors.Is(err, gpu.ErrMemoryUnknown):
+			p.LimitSkipped = "no GPU is visible, so there is no device memory to take " + o.memoryLimit + " of"
+			log.Warn("gpu.memory_limit_skipped", "limit", o.memoryLimit, "reason", p.LimitSkipped, "effect", "no FLAGS_gpu_memory_limit_mb")
 		case err != nil:
+			p.close()
 			return nil, usageError{fmt.Errorf("--gpu-memory-limit (LIFEBOAT_GPU_MEMORY_LIMIT) %q: %w", o.memoryLimit, err)}
 		default:
-			p.Env = append(p.Env, vars...)
-			p.Conflicts = conflicts
-			for _, kv := range vars {
-				if v, ok := strings.CutPrefix(kv, gpu.EnvMemoryLimitMB+"="); ok {
-					p.limitMB, _ = strconv.ParseUint(v, 10, 64)
-				}
-			}
+			p.Env = append(p.Env, pool.Vars...)
+			p.Conflicts = pool.Conflicts
+			p.LimitMiB = pool.LimitMiB
 		}
 	}
 	log.Info("gpu.plan", "source", p.Source, "request", p.Request, "checked", p.Checked, "env", strings.Join(p.Env, " "))
@@ -162,24 +193,28 @@ type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
 
-// gpuWatchdog samples the GPU memory the trainer's processes use and, past
-// the Paddle limit plus a margin (NVML's per-process figure includes the
-// CUDA context), warns or signals them by policy. It only ever looks at and
-// signals processes of lifeboat's own tree.
-type gpuWatchdog struct {
-	driver  gpu.Driver
-	devices []string
-	limit   uint64 // bytes
-	margin  uint64
-	policy  gpu.Policy
-	tree    func() ([]int, error)
-	kill    func(pid int, sig unix.Signal) error
-	log     *slog.Logger
+// watchdogState says whether the GPU memory watchdog can run for p, and
+// why not.
+func watchdogState(p *gpuPlan) (runs bool, why string) {
+	switch {
+	case p == nil || !p.Visible:
+		return false, "no GPU is visible"
+	case p.LimitMiB == 0:
+		return false, "no --gpu-memory-limit to hold the trainer to"
+	case p.driver == nil:
+		return false, "it measures GPU memory through NVML, which is not available here (" + p.NVML + ")"
+	case len(p.devices) == 0:
+		return false, "NVML names none of the trainer's devices"
+	}
+	return true, ""
 }
 
 // newWatchdog returns the watchdog for p, or nil when there is nothing to
-// watch (no NVML, no devices or no memory limit).
-func (o *gpuOptions) newWatchdog(p *gpuPlan, log *slog.Logger) (*gpuWatchdog, error) {
+// watch (no visible GPU or no memory limit). Where a limit is set on a
+// visible GPU and NVML cannot measure it, --gpu-memory-policy term or kill
+// is refused (a usageError): the user asked for an
+// enforcement lifeboat cannot give; warn logs that once and goes on.
+func (o *gpuOptions) newWatchdog(p *gpuPlan, log *slog.Logger) (*gpu.Watchdog, error) {
 	policy, err := gpu.ParsePolicy(o.memoryPolicy)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--gpu-memory-policy (LIFEBOAT_GPU_MEMORY_POLICY): %w", err)}
@@ -187,59 +222,21 @@ func (o *gpuOptions) newWatchdog(p *gpuPlan, log *slog.Logger) (*gpuWatchdog, er
 	if o.watchInterval <= 0 {
 		return nil, usageError{fmt.Errorf("--gpu-watch-interval (LIFEBOAT_GPU_WATCH_INTERVAL) is %s; it must be positive", o.watchInterval)}
 	}
-	if p == nil || p.driver == nil || len(p.devices) == 0 || p.limitMB == 0 {
+	runs, why := watchdogState(p)
+	switch {
+	case runs:
+		log.Info("gpu.watchdog", "policy", policy.String(), "limit_mib", p.LimitMiB, "margin_mib", gpu.AutoMarginMiB, "devices", strings.Join(p.devices, ","))
+		return gpu.NewWatchdog(p.driver, p.devices, p.LimitMiB, gpu.AutoMarginMiB*1<<20, policy,
+			func() ([]int, error) { return supervisor.Descendants("/proc", os.Getpid()) }, log), nil
+	case p == nil || !p.Visible || p.LimitMiB == 0:
+		if policy != gpu.PolicyWarn && p != nil && p.Visible {
+			log.Warn("gpu.watchdog_off", "policy", policy.String(), "reason", why, "effect", "GPU memory is not watched; give --gpu-memory-limit to enforce a limit")
+		}
 		return nil, nil
+	case policy != gpu.PolicyWarn:
+		return nil, usageError{fmt.Errorf("--gpu-memory-policy (LIFEBOAT_GPU_MEMORY_POLICY) %s cannot be enforced: %s. Run a lifeboat built with cgo where libnvidia-ml.so.1 loads, or set --gpu-memory-policy warn to run without the GPU memory watchdog",
+			policy, why)}
 	}
-	return &gpuWatchdog{
-		driver: p.driver, devices: p.devices, limit: p.limitMB << 20, margin: gpu.AutoMarginMiB << 20, policy: policy,
-		tree: func() ([]int, error) { return supervisor.Descendants("/proc", os.Getpid()) },
-		kill: unix.Kill, log: log,
-	}, nil
-}
-
-// check samples once and acts on what it finds.
-func (w *gpuWatchdog) check() {
-	tree, err := w.tree()
-	if err != nil || len(tree) == 0 {
-		return
-	}
-	for _, uuid := range w.devices {
-		usage, err := gpu.Usage(w.driver, uuid, tree)
-		if err != nil {
-			w.log.Debug("gpu.usage_failed", "device", uuid, "err", err)
-			continue
-		}
-		v := gpu.Decide(w.policy, usage, tree, w.limit, w.margin)
-		switch v.Action {
-		case gpu.ActionNone:
-		case gpu.ActionWarn:
-			w.log.Warn("gpu.memory_warn", "device", uuid, "bytes", v.Total, "reason", v.Reason)
-		default:
-			sig := unix.SIGTERM
-			if v.Action == gpu.ActionKill {
-				sig = unix.SIGKILL
-			}
-			w.log.Error("gpu.memory_over", "device", uuid, "bytes", v.Total, "reason", v.Reason,
-				"action", v.Action.String(), "pids", fmt.Sprint(v.PIDs))
-			for _, pid := range v.PIDs {
-				if err := w.kill(pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
-					w.log.Warn("gpu.signal_failed", "pid", pid, "err", err)
-				}
-			}
-		}
-	}
-}
-
-// run checks every interval until ctx ends.
-func (w *gpuWatchdog) run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			w.check()
-		}
-	}
+	log.Warn("gpu.watchdog_unavailable", "reason", why, "effect", "the trainer's GPU memory is not watched; Paddle's own limit (FLAGS_gpu_memory_limit_mb) still applies")
+	return nil, nil
 }

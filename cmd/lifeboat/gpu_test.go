@@ -3,17 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/lifeboat-project/lifeboat/limits/gpu"
+	"github.com/lifeboat-project/lifeboat/signals"
 )
 
 // TestGPUEnvironment: without an NVIDIA driver (as on CI machines) lifeboat
@@ -89,63 +85,51 @@ func TestDoctor(t *testing.T) {
 	}
 }
 
-// fakeGPU is a gpu.Driver with one device and fixed compute processes.
-type fakeGPU struct{ procs []gpu.Process }
-
-func (f *fakeGPU) DeviceCount() (int, error) { return 1, nil }
-func (f *fakeGPU) Device(int) (gpu.Device, error) {
-	return gpu.Device{UUID: "GPU-fake", MemoryTotal: 80 << 30}, nil
-}
-func (f *fakeGPU) ComputeProcesses(string) ([]gpu.Process, error) { return f.procs, nil }
-func (f *fakeGPU) Close() error                                   { return nil }
-
-// TestGPUWatchdog: past the limit plus the margin the watchdog acts by
-// policy on the trainer's processes only; a foreign process using the GPU
-// is never counted or signalled.
-func TestGPUWatchdog(t *testing.T) {
-	const trainer, foreign = 4242, 1
-	for _, tc := range []struct {
-		policy string
-		used   uint64
-		sent   []string
-		event  string
-	}{
-		{"term", 9 << 30, []string{"4242:TERM"}, "gpu.memory_over"},
-		{"kill", 9 << 30, []string{"4242:KILL"}, "gpu.memory_over"},
-		{"warn", 9 << 30, nil, "gpu.memory_warn"},
-		{"term", 1 << 30, nil, ""},
-	} {
-		t.Run(fmt.Sprintf("%s-%dGiB", tc.policy, tc.used>>30), func(t *testing.T) {
-			var logBuf strings.Builder
-			var sent []string
-			o := &gpuOptions{memoryPolicy: tc.policy, watchInterval: time.Second}
-			plan := &gpuPlan{driver: &fakeGPU{procs: []gpu.Process{{PID: trainer, UsedMemory: tc.used}, {PID: foreign, UsedMemory: 70 << 30}}},
-				devices: []string{"GPU-fake"}, limitMB: 8192}
-			w, err := o.newWatchdog(plan, slog.New(slog.NewJSONHandler(&logBuf, nil)))
-			if err != nil || w == nil {
-				t.Fatalf("newWatchdog: %v, %v", w, err)
-			}
-			w.tree = func() ([]int, error) { return []int{trainer}, nil }
-			w.kill = func(pid int, sig unix.Signal) error {
-				sent = append(sent, fmt.Sprintf("%d:%s", pid, strings.TrimPrefix(unix.SignalName(sig), "SIG")))
-				return nil
-			}
-			w.check()
-			if fmt.Sprint(sent) != fmt.Sprint(tc.sent) {
-				t.Errorf("signals sent %v, want %v", sent, tc.sent)
-			}
-			if tc.event != "" && !strings.Contains(logBuf.String(), tc.event) {
-				t.Errorf("no %s in the log:\n%s", tc.event, logBuf.String())
-			}
-			if tc.event == "" && logBuf.Len() != 0 {
-				t.Errorf("logged under the limit:\n%s", logBuf.String())
-			}
-		})
+// TestGPUProtectionRefused: a GPU memory protection the user asked for
+// (--gpu-memory-policy term or kill, --gpu-memory-limit auto or a
+// fraction) that cannot be enforced because NVML is not available (no
+// libnvidia-ml here; the static build has none at all) stops lifeboat with
+// exit 2 before the trainer starts, saying what to do; where no GPU is
+// visible it is moot and lifeboat runs.
+func TestGPUProtectionRefused(t *testing.T) {
+	static := filepath.Join(t.TempDir(), "lifeboat-static")
+	build := exec.Command("go", "build", "-ldflags", signals.LinkFlag, "-o", static, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build without cgo: %v\n%s", err, out)
 	}
-	if _, err := (&gpuOptions{memoryPolicy: "maybe", watchInterval: time.Second}).newWatchdog(nil, slog.Default()); err == nil {
-		t.Errorf("a bad --gpu-memory-policy was accepted")
-	}
-	if w, err := (&gpuOptions{memoryPolicy: "warn", watchInterval: time.Second}).newWatchdog(&gpuPlan{}, slog.Default()); w != nil || err != nil {
-		t.Errorf("a watchdog without NVML: %v, %v", w, err)
+	for _, bin := range []string{lifeboatBin, static} {
+		for _, tc := range []struct {
+			env  []string
+			args []string
+			code int
+			msg  string
+		}{
+			{[]string{"NVIDIA_VISIBLE_DEVICES=0"}, []string{"--gpu-memory-limit", "8192", "--gpu-memory-policy", "term"}, 2, "--gpu-memory-policy warn"},
+			{[]string{"NVIDIA_VISIBLE_DEVICES=0", "LIFEBOAT_GPU_MEMORY_POLICY=kill"}, []string{"--gpu-memory-limit", "8192"}, 2, "--gpu-memory-policy warn"},
+			{[]string{"NVIDIA_VISIBLE_DEVICES=GPU-5d1f6a7e-3b2c-4c8a-9e1f-0a1b2c3d4e5f"}, []string{"--gpu-memory-limit", "auto"}, 2, "give the limit in MiB"},
+			{nil, []string{"--gpus", "0", "--gpu-memory-limit", "0.5"}, 2, "give the limit in MiB"},
+			{[]string{"NVIDIA_VISIBLE_DEVICES=0"}, []string{"--gpus", "none", "--gpu-memory-limit", "auto", "--gpu-memory-policy", "kill"}, 0, ""},
+			{[]string{"NVIDIA_VISIBLE_DEVICES=void"}, []string{"--gpu-memory-limit", "8192", "--gpu-memory-policy", "kill"}, 0, ""},
+			// "all" on a machine without /dev/nvidiaN: a CUDA image on a CPU node.
+			{[]string{"NVIDIA_VISIBLE_DEVICES=all"}, []string{"--gpu-memory-limit", "8192", "--gpu-memory-policy", "term"}, 0, ""},
+			{[]string{"NVIDIA_VISIBLE_DEVICES=0"}, []string{"--gpu-memory-limit", "8192"}, 0, "gpu.watchdog_unavailable"},
+		} {
+			marker := filepath.Join(t.TempDir(), "ran")
+			c := exec.Command(bin, append(append([]string{"run"}, tc.args...), "--", "touch", marker)...)
+			c.Env = append(os.Environ(), tc.env...)
+			out, _ := c.CombinedOutput()
+			name := fmt.Sprintf("%s %v %v", filepath.Base(bin), tc.env, tc.args)
+			if code := c.ProcessState.ExitCode(); code != tc.code || !strings.Contains(string(out), tc.msg) {
+				t.Errorf("%s: exit %d, %q; want %d and %q", name, code, out, tc.code, tc.msg)
+			}
+			_, err := os.Stat(marker)
+			if ran := err == nil; ran != (tc.code == 0) {
+				t.Errorf("%s: trainer ran: %v", name, ran)
+			}
+			if n := strings.Count(string(out), "lifeboat run: "); tc.code == 2 && n != 1 {
+				t.Errorf("%s: %d error lines, want one:\n%s", name, n, out)
+			}
+		}
 	}
 }

@@ -205,7 +205,7 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptio
 		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: 2}
 	}
 	if wd != nil {
-		go wd.run(bg, o.gpu.watchInterval)
+		go wd.Run(bg, o.gpu.watchInterval)
 	}
 	mem, err := o.memory.setup(cfg.Log)
 	if err != nil {

@@ -1,6 +1,7 @@
 // Package gpu decides which GPUs a trainer sees and how much of their memory
-// Paddle may take, and provides the pieces of a GPU memory watchdog. It owns
-// no goroutine and starts no process: cmd/ wires it into lifeboat run.
+// Paddle may take, and watches that memory. It starts no process and no
+// goroutine of its own: cmd/ wires it into lifeboat run and runs
+// Watchdog.Run.
 //
 // # Device visibility
 //
@@ -40,7 +41,7 @@
 //
 // # Paddle's memory pool
 //
-// MemoryPlan turns --gpu-memory-limit (MiB, a fraction, or "auto": the
+// MemoryPlan (and PlanPool, which also returns the limit) turns --gpu-memory-limit (MiB, a fraction, or "auto": the
 // device's memory, the MIG instance's for MIG, minus the larger of 5% and
 // 512 MiB) into FLAGS_gpu_memory_limit_mb, defaults FLAGS_allocator_strategy
 // to auto_growth, and keeps FLAGS_fraction_of_gpu_memory_to_use and
@@ -52,14 +53,19 @@
 //
 // # Memory watchdog
 //
-// Usage reads, through the same Driver, the memory each process of the
-// trainer's tree uses on one GPU or MIG device; Decide is a pure function
-// that, by Policy (warn, term, kill), says whether to warn or signal and
-// which pids. Both consider only the pids of the tree they are given: a
-// process NVML lists that is not in the tree is never counted or named. Where
-// the driver reports host pids that the container's PID namespace cannot
-// match, nothing matches and the watchdog does nothing. The caller owns the
-// polling loop and the signals.
+// Measure samples one GPU or MIG device of the trainer's: the memory in use
+// on it from NVML's device (or MIG instance) memory info. Inside a
+// container NVML reports the host's pids, which match nothing in the
+// container's PID namespace, so per-process figures are used only where
+// they are verifiably the container's own: NVML lists at least one process
+// and every pid it lists is a process of the trainer's tree. A device
+// assigned to the container belongs to it, so what is used on it is the
+// trainer's (with GPU sharing, time-slicing or MPS, other pods' use counts
+// too). Decide is a pure function that, by Policy (warn, term, kill), says
+// whether to warn or signal and which pids: the tree's processes on the
+// device, or the whole tree; never a pid outside it. Watchdog runs the
+// loop: NewWatchdog, then Run in a goroutine of the caller's; cmd/ only
+// wires it.
 //
 // # Build tags
 //
@@ -70,7 +76,8 @@
 // compiled in (built with CGO_ENABLED=0)", wrapping ErrNoNVML. The release
 // binary, static and FROM scratch, is built that way: it therefore always
 // plans unchecked, from NVIDIA_VISIBLE_DEVICES and --gpus as given, accepts
-// --gpu-memory-limit only in MiB, and has no watchdog data. A cgo build (with
+// --gpu-memory-limit only in MiB, and has no watchdog; lifeboat run refuses
+// --gpu-memory-policy term or kill there when a GPU is visible. A cgo build (with
 // a libc in the image) gets the checks, "auto" and the watchdog; it still
 // runs where no driver is installed, since libnvidia-ml is loaded at run time.
 package gpu

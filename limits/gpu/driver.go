@@ -44,6 +44,13 @@ type Process struct {
 	UsedMemory uint64 // bytes, or MemoryUnknown
 }
 
+// MemoryInfo is a GPU's or MIG instance's memory as NVML reports it: every
+// process's allocations and the driver's own, whoever made them.
+type MemoryInfo struct {
+	Total uint64 // bytes
+	Used  uint64 // bytes
+}
+
 // Driver is the part of NVML this package uses. The cgo build implements it
 // with go-nvml (Open, OpenLibrary); tests use go-nvml's mock machines or a fake.
 // Methods may be called from one goroutine at a time.
@@ -58,6 +65,11 @@ type Driver interface {
 	// ErrDeviceNotFound. The pids are NVML's: the host's where the driver
 	// does not translate them into the container's PID namespace.
 	ComputeProcesses(uuid string) ([]Process, error)
+	// DeviceMemory returns the memory of the GPU or MIG device with that
+	// UUID (a MIG device's is its GPU instance's). An unknown UUID returns
+	// an error wrapping ErrDeviceNotFound. Unlike ComputeProcesses it needs
+	// no PID translation: it is right inside any container.
+	DeviceMemory(uuid string) (MemoryInfo, error)
 	// Close releases NVML. It is idempotent.
 	Close() error
 }

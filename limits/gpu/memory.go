@@ -60,10 +60,32 @@ var ErrMemoryUnknown = errors.New("device memory unknown")
 //     limit/memory, or FLAGS_initial_gpu_memory_in_mb to the limit when the
 //     memory is unknown. auto_growth preallocates nothing: they are left alone.
 func MemoryPlan(limitSpec string, deviceMemory uint64, env []string) (vars []string, conflicts []string, err error) {
+	p, err := PlanPool(limitSpec, deviceMemory, env)
+	return p.Vars, p.Conflicts, err
+}
+
+// Pool is Paddle's memory pool as PlanPool decided it.
+type Pool struct {
+	Vars      []string // KEY=VALUE pairs to set over the trainer's environment
+	Conflicts []string // sentences about the environment's values, each saying what was done
+	// LimitMiB is the limit lifeboat set (FLAGS_gpu_memory_limit_mb), 0 when
+	// --gpu-memory-limit was not given: what the GPU memory watchdog holds
+	// the trainer to.
+	LimitMiB uint64
+}
+
+// PlanPool is MemoryPlan returning the limit it set as well.
+func PlanPool(limitSpec string, deviceMemory uint64, env []string) (Pool, error) {
 	limit, err := parseLimit(limitSpec, deviceMemory)
 	if err != nil {
-		return nil, nil, err
+		return Pool{}, err
 	}
+	vars, conflicts := poolFlags(limit, deviceMemory, env)
+	return Pool{Vars: vars, Conflicts: conflicts, LimitMiB: limit}, nil
+}
+
+// poolFlags is MemoryPlan's work once the limit (MiB, 0 for none) is known.
+func poolFlags(limit, deviceMemory uint64, env []string) (vars []string, conflicts []string) {
 	user := lookup(env, EnvMemoryLimitMB, EnvAllocatorStrategy, EnvFraction, EnvInitialMB)
 	set := func(k string, v string) { vars = append(vars, k+"="+v) }
 	report := func(format string, a ...any) { conflicts = append(conflicts, fmt.Sprintf(format, a...)) }
@@ -91,7 +113,7 @@ func MemoryPlan(limitSpec string, deviceMemory uint64, env []string) (vars []str
 		limit = n
 	}
 	if limit == 0 {
-		return vars, conflicts, nil
+		return vars, conflicts
 	}
 
 	who := "--gpu-memory-limit"
@@ -134,7 +156,7 @@ func MemoryPlan(limitSpec string, deviceMemory uint64, env []string) (vars []str
 			set(EnvInitialMB, strconv.FormatUint(limit, 10))
 		}
 	}
-	return vars, conflicts, nil
+	return vars, conflicts
 }
 
 // fraction returns limit MiB as a fraction of memory bytes, rounded down to
@@ -142,6 +164,13 @@ func MemoryPlan(limitSpec string, deviceMemory uint64, env []string) (vars []str
 func fraction(limitMiB, memory uint64) string {
 	f := math.Floor(float64(limitMiB)*mib/float64(memory)*1e4) / 1e4
 	return strconv.FormatFloat(min(f, 1), 'f', -1, 64)
+}
+
+// NeedsDeviceMemory reports whether limitSpec ("auto" or a fraction) can
+// only be turned into MiB with the device's memory, which only NVML reports.
+func NeedsDeviceMemory(limitSpec string) bool {
+	s := strings.TrimSpace(limitSpec)
+	return strings.EqualFold(s, "auto") || strings.Contains(s, ".")
 }
 
 // parseLimit returns the limit in MiB, 0 for none.

@@ -178,6 +178,18 @@ func (d *nvmlDriver) ComputeProcesses(uuid string) ([]Process, error) {
 	return out, nil
 }
 
+func (d *nvmlDriver) DeviceMemory(uuid string) (MemoryInfo, error) {
+	h, err := d.handle(uuid)
+	if err != nil {
+		return MemoryInfo{}, err
+	}
+	m, ret := h.GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		return MemoryInfo{}, fmt.Errorf("gpu: device %s: memory: %w", uuid, ret)
+	}
+	return MemoryInfo{Total: m.Total, Used: m.Used}, nil
+}
+
 func (d *nvmlDriver) Close() error {
 	d.closeOnce.Do(func() {
 		if ret := d.lib.Shutdown(); ret != nvml.SUCCESS {

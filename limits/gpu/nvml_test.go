@@ -271,23 +271,38 @@ func TestMIG(t *testing.T) {
 			t.Fatalf("err = %v", err)
 		}
 	})
-	t.Run("usage on the instance, foreign pids ignored", func(t *testing.T) {
-		migs[1].GetComputeRunningProcessesFunc = processes(
-			Process{PID: 4242, UsedMemory: 6000 * mb},     // the trainer
-			Process{PID: 4243, UsedMemory: 2000 * mb},     // its worker
-			Process{PID: 777, UsedMemory: 9000 * mb},      // not ours
-			Process{PID: 4244, UsedMemory: MemoryUnknown}, // not readable
-		)
+	t.Run("usage on the instance", func(t *testing.T) {
+		migs[1].GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+			return nvml.Memory{Total: 9856 << 20, Used: 8400 * mb, Free: 1456 * mb}, nvml.SUCCESS
+		}
 		tree := []int{4242, 4243, 4244}
-		usage, err := Usage(d, uuid1, tree)
+		// Host pids, as NVML reports them to a container: the instance's
+		// memory is the measure and the whole tree is named.
+		migs[1].GetComputeRunningProcessesFunc = processes(
+			Process{PID: 918273, UsedMemory: 6000 * mb},
+			Process{PID: 918280, UsedMemory: 2000 * mb},
+		)
+		s, err := Measure(d, uuid1, tree)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := map[int]uint64{4242: 6000 * mb, 4243: 2000 * mb}; !reflect.DeepEqual(usage, want) {
-			t.Fatalf("Usage = %v, want %v", usage, want)
+		if s.PerProcess || s.Used != 8400*mb || s.Total != 9856<<20 {
+			t.Fatalf("Measure with host pids = %+v, want the instance's 8400 MiB", s)
 		}
-		verdict := Decide(PolicyTerm, usage, tree, 7000*mb, 512*mb)
-		if verdict.Action != ActionTerm || !reflect.DeepEqual(verdict.PIDs, []int{4242, 4243}) {
+		verdict := Decide(PolicyTerm, s, tree, 7000*mb, 512*mb)
+		if verdict.Action != ActionTerm || !reflect.DeepEqual(verdict.PIDs, tree) {
+			t.Fatalf("Decide = %+v", verdict)
+		}
+		// The container's own pids: per process, a foreign one spoils it.
+		migs[1].GetComputeRunningProcessesFunc = processes(
+			Process{PID: 4242, UsedMemory: 6000 * mb},     // the trainer
+			Process{PID: 4243, UsedMemory: 2000 * mb},     // its worker
+			Process{PID: 4244, UsedMemory: MemoryUnknown}, // not readable
+		)
+		if s, err = Measure(d, uuid1, tree); err != nil || !s.PerProcess || !reflect.DeepEqual(s.ByPID, map[int]uint64{4242: 6000 * mb, 4243: 2000 * mb}) {
+			t.Fatalf("Measure with the container's pids = %+v, %v", s, err)
+		}
+		if verdict = Decide(PolicyKill, s, tree, 7000*mb, 512*mb); verdict.Action != ActionKill || !reflect.DeepEqual(verdict.PIDs, []int{4242, 4243}) {
 			t.Fatalf("Decide = %+v", verdict)
 		}
 	})
@@ -296,19 +311,34 @@ func TestMIG(t *testing.T) {
 func TestUsageOnAGPU(t *testing.T) {
 	srv := dgxh200.New()
 	gpu2 := srv.Devices[2].(*server.Device)
-	gpu2.GetComputeRunningProcessesFunc = processes(
-		Process{PID: 10, UsedMemory: 100 * 1024 * mb},
-		Process{PID: 11, UsedMemory: 30 * 1024 * mb},
-	)
+	gpu2.MemoryInfo.Used = 130 * 1024 * mb
 	d := open(t, srv)
-	usage, err := Usage(d, gpu2.UUID, []int{11})
-	if err != nil || !reflect.DeepEqual(usage, map[int]uint64{11: 30 * 1024 * mb}) {
-		t.Fatalf("Usage = %v, %v", usage, err)
+	for _, tc := range []struct {
+		name  string
+		procs []Process
+		per   bool
+		total uint64
+	}{
+		{"the container's pids", []Process{{PID: 11, UsedMemory: 30 * 1024 * mb}}, true, 30 * 1024 * mb},
+		{"host pids", []Process{{PID: 2000011, UsedMemory: 30 * 1024 * mb}, {PID: 2000012, UsedMemory: 100 * 1024 * mb}}, false, 130 * 1024 * mb},
+		{"a pid outside the tree", []Process{{PID: 10, UsedMemory: 100 * 1024 * mb}, {PID: 11, UsedMemory: 30 * 1024 * mb}}, false, 130 * 1024 * mb},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gpu2.GetComputeRunningProcessesFunc = processes(tc.procs...)
+			s, err := Measure(d, gpu2.UUID, []int{11})
+			if err != nil || s.PerProcess != tc.per || s.Total != 144384<<20 {
+				t.Fatalf("Measure = %+v, %v", s, err)
+			}
+			v := Decide(PolicyKill, s, []int{11}, 120*1024*mb, 0)
+			if v.Total != tc.total {
+				t.Fatalf("Total = %d MiB, want %d", v.Total/mb, tc.total/mb)
+			}
+			if want := v.Total > 120*1024*mb; (v.Action == ActionKill) != want || (want && !reflect.DeepEqual(v.PIDs, []int{11})) {
+				t.Fatalf("Decide = %+v", v)
+			}
+		})
 	}
-	if v := Decide(PolicyKill, usage, []int{11}, 130*1024*mb, 0); v.Action != ActionNone {
-		t.Fatalf("pid 10 is not the trainer's, yet: %+v", v)
-	}
-	if _, err := Usage(d, "GPU-00000000", []int{11}); !errors.Is(err, ErrDeviceNotFound) {
+	if _, err := Measure(d, "GPU-00000000", []int{11}); !errors.Is(err, ErrDeviceNotFound) {
 		t.Fatalf("unknown device: err = %v", err)
 	}
 }

@@ -148,15 +148,11 @@ const maxIndex = 1 << 16
 // that says so: lifeboat cannot tell from them which devices were given.
 func ParseDevices(s string) (Request, error) {
 	s = strings.TrimSpace(s)
-	switch strings.ToLower(s) {
-	case "":
+	if s == "" {
 		return Request{Mode: Unset}, nil
-	case "all":
-		return Request{Mode: All}, nil
-	case "none":
-		return Request{Mode: None}, nil
-	case "void":
-		return Request{Mode: Void}, nil
+	}
+	if m, ok := keyword(s); ok {
+		return Request{Mode: m}, nil
 	}
 	if strings.HasPrefix(s, "/") {
 		return Request{}, fmt.Errorf("gpu: device list %q is a device plugin's volume-mounts path, not a list; lifeboat cannot read devices from it", s)
@@ -241,13 +237,8 @@ func parseDocker(s string) (Request, error) {
 	}
 	if seen["device"] {
 		if len(devices) == 1 {
-			switch strings.ToLower(strings.TrimSpace(devices[0])) {
-			case "all":
-				return Request{Mode: All}, nil
-			case "none":
-				return Request{Mode: None}, nil
-			case "void":
-				return Request{Mode: Void}, nil
+			if m, ok := keyword(devices[0]); ok {
+				return Request{Mode: m}, nil
 			}
 		}
 		refs, err := parseList(devices)
@@ -261,6 +252,19 @@ func parseDocker(s string) (Request, error) {
 	}
 	return req, nil
 }
+
+// keyword reads the device requests that are words: "all", "none" and
+// "void", in any case.
+func keyword(s string) (Mode, bool) {
+	for _, m := range []Mode{All, None, Void} {
+		if strings.EqualFold(strings.TrimSpace(s), m.String()) {
+			return m, true
+		}
+	}
+	return Unset, false
+}
+
+func isKeyword(s string) bool { _, ok := keyword(s); return ok }
 
 func parseCount(s string) (int, error) {
 	n, err := strconv.Atoi(s)
@@ -294,7 +298,7 @@ func parseRef(s string) (Ref, error) {
 	switch {
 	case s == "":
 		return Ref{}, errors.New("gpu: empty entry in device list")
-	case strings.EqualFold(s, "all"), strings.EqualFold(s, "none"), strings.EqualFold(s, "void"):
+	case isKeyword(s):
 		return Ref{}, fmt.Errorf("gpu: %q cannot be combined with other devices", s)
 	case isDigits(s):
 		i, err := parseIndex(s)
