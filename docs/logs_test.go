@@ -56,7 +56,10 @@ func TestLogEventsDocumented(t *testing.T) {
 	for _, u := range unnamed {
 		t.Errorf("%s", u)
 	}
-	docs := docEvents(t, "LOGS.md")
+	docs, problems := docEvents(t, "LOGS.md")
+	for _, p := range problems {
+		t.Errorf("%s", p)
+	}
 
 	code := map[string][]string{}
 	for _, s := range sites {
@@ -100,7 +103,8 @@ func TestLogEventNames(t *testing.T) {
 			bad = append(bad, fmt.Sprintf("  %q at %s", s.name, s.pos))
 		}
 	}
-	for name, line := range docEvents(t, "LOGS.md") {
+	docs, _ := docEvents(t, "LOGS.md")
+	for name, line := range docs {
 		if !eventName.MatchString(name) && !legacyMessages[name] {
 			bad = append(bad, fmt.Sprintf("  %q at docs/LOGS.md:%d", name, line))
 		}
@@ -122,20 +126,25 @@ func TestLogEventNames(t *testing.T) {
 }
 
 // docEvents reads the event tables of a LOGS.md: every table whose header's
-// first cell is "event". It returns each event's line; an event listed
-// twice is an error.
-func docEvents(t *testing.T, path string) map[string]int {
+// first cell is "event". It returns each event's line, and a line for each
+// row that is not one `event`, each event listed twice, and each listed
+// under another area's "## area" heading.
+func docEvents(t *testing.T, path string) (events map[string]int, problems []string) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	events := map[string]int{}
+	events = map[string]int{}
 	inTable := false
+	area := "" // the current "## area" heading
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
+		if h, ok := strings.CutPrefix(line, "## "); ok {
+			area = strings.TrimSpace(h)
+		}
 		if !strings.HasPrefix(line, "|") {
 			inTable = false
 			continue
@@ -153,11 +162,14 @@ func docEvents(t *testing.T, path string) map[string]int {
 			name, ok = strings.CutSuffix(name, "`")
 		}
 		if !ok || name == "" {
-			t.Errorf("docs/LOGS.md:%d: the first cell of an event row must be one `area.event`, got %q", n, first)
+			problems = append(problems, fmt.Sprintf("docs/LOGS.md:%d: the first cell of an event row must be one `area.event`, got %q", n, first))
 			continue
 		}
+		if a, _, ok := strings.Cut(name, "."); ok && eventName.MatchString(name) && a != area {
+			problems = append(problems, fmt.Sprintf("docs/LOGS.md:%d: %s is listed under \"## %s\"; move it to the table under \"## %s\"", n, name, area, a))
+		}
 		if prev, dup := events[name]; dup {
-			t.Errorf("docs/LOGS.md:%d: %s is already listed at line %d; list each event once", n, name, prev)
+			problems = append(problems, fmt.Sprintf("docs/LOGS.md:%d: %s is already listed at line %d; list each event once", n, name, prev))
 			continue
 		}
 		events[name] = n
@@ -168,7 +180,7 @@ func docEvents(t *testing.T, path string) map[string]int {
 	if len(events) == 0 {
 		t.Fatalf("%s has no event table (a table whose first column is headed \"event\")", path)
 	}
-	return events
+	return events, problems
 }
 
 // pkg is one directory's Go files, parsed.
