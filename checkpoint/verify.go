@@ -15,22 +15,32 @@ import (
 	"github.com/lifeboat-project/lifeboat/storage"
 )
 
-// Subset selects part n of t of the chunks (like restic's
-// --read-data-subset n/t): a chunk belongs to part
-// (first 8 bytes of its hash, big-endian) mod t + 1. The zero Subset selects
-// nothing; Subset{1, 1} selects everything.
+// Subset selects which chunks Verify downloads and hashes: part n of t of
+// them (like restic's --read-data-subset n/t): a chunk belongs to part
+// (first 8 bytes of its hash, big-endian) mod t + 1. The zero Subset,
+// ReadNone, selects nothing; ReadAll, Subset{1, 1}, selects every chunk.
 type Subset struct{ N, T uint64 }
 
-// ParseSubset parses "n/t" with 1 <= n <= t, or "all" (1/1).
+// The read-data levels at either end.
+var (
+	ReadNone = Subset{}     // chunks are Stat-ed only: present, of the right size
+	ReadAll  = Subset{1, 1} // every chunk is downloaded and hashed
+)
+
+// ParseSubset parses a read-data level: "all" (ReadAll), "none"
+// (ReadNone), or "n/t" with 1 <= n <= t.
 func ParseSubset(s string) (Subset, error) {
-	if s == "all" {
-		return Subset{1, 1}, nil
+	switch s {
+	case "all":
+		return ReadAll, nil
+	case "none":
+		return ReadNone, nil
 	}
 	ns, ts, ok := strings.Cut(s, "/")
 	n, err1 := strconv.ParseUint(ns, 10, 64)
 	t, err2 := strconv.ParseUint(ts, 10, 64)
 	if !ok || err1 != nil || err2 != nil || n < 1 || t < 1 || n > t {
-		return Subset{}, fmt.Errorf("checkpoint: read-data subset %q is not n/t with 1 <= n <= t (for example 1/5), nor \"all\"", s)
+		return Subset{}, fmt.Errorf("checkpoint: read-data subset %q is not all, none, or n/t with 1 <= n <= t (for example 1/5)", s)
 	}
 	return Subset{n, t}, nil
 }
@@ -47,9 +57,13 @@ func (s Subset) Contains(sum string) bool {
 	return binary.BigEndian.Uint64(b)%s.T == s.N-1
 }
 
+// String is the level as ParseSubset reads it: all, none or n/t.
 func (s Subset) String() string {
-	if s.T == 0 {
+	switch {
+	case s.T == 0:
 		return "none"
+	case s.T == 1:
+		return "all"
 	}
 	return fmt.Sprintf("%d/%d", s.N, s.T)
 }
@@ -77,20 +91,23 @@ func (p Problem) String() string { return fmt.Sprintf("%s %s: %s", p.Kind, p.Key
 
 // VerifyOptions tune Verify. Zero fields take defaults.
 type VerifyOptions struct {
-	WorldSize int     // 0: the world size of the manifests found at the step
-	ReadData  Subset  // chunks to download and hash; the rest are only Stat-ed
-	Workers   int     // parallel chunk checks, default DefaultDownloadWorkers
-	Backoff   Backoff // default DefaultBackoff
+	WorldSize int // 0: the world size of the manifests found at the step
+	// ReadData are the chunks to download and hash; the rest are only
+	// Stat-ed. The zero value is ReadNone: pass ReadAll to read everything.
+	ReadData Subset
+	Workers  int     // parallel chunk checks, default DefaultDownloadWorkers
+	Backoff  Backoff // default DefaultBackoff
 }
 
 // VerifyReport is what Verify found. OK reports a restorable snapshot.
 type VerifyReport struct {
 	Step       int64
 	WorldSize  int
-	Revision   int // the highest revision of the ranks' manifests checked
-	Manifests  int // manifests that decoded
-	Chunks     int // distinct chunks referenced
-	ChunksRead int // chunks downloaded and hashed
+	Revision   int    // the highest revision of the ranks' manifests checked
+	ReadData   Subset // the chunks whose content was to be checked
+	Manifests  int    // manifests that decoded
+	Chunks     int    // distinct chunks referenced
+	ChunksRead int    // chunks downloaded and hashed
 	BytesRead  int64
 	Problems   []Problem
 }
@@ -99,8 +116,11 @@ type VerifyReport struct {
 func (r *VerifyReport) OK() bool { return len(r.Problems) == 0 }
 
 // Verify checks the snapshot of step, each rank's highest revision: every
-// rank has a manifest that decodes, every chunk exists with the right size, and the chunks in
-// opts.ReadData have the right content. Problems are reported in the
+// rank has a manifest that decodes, every distinct chunk is stored with the
+// size the manifests say (and the SHA-256 the store reports, where it
+// reports one), and the chunks in opts.ReadData are downloaded and hash to
+// their names. It does not run the format checks of package format; a
+// restore does. Problems are reported in the
 // report; the error is for failures to check (store unreachable, ctx).
 func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions) (*VerifyReport, error) {
 	backoff := orDefaultBackoff(opts.Backoff)
@@ -108,7 +128,7 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 	if err != nil {
 		return nil, err
 	}
-	rep := &VerifyReport{Step: step, WorldSize: opts.WorldSize}
+	rep := &VerifyReport{Step: step, WorldSize: opts.WorldSize, ReadData: opts.ReadData}
 	if rep.WorldSize == 0 {
 		switch len(groups) {
 		case 0:

@@ -16,13 +16,34 @@ type verifyOptions struct {
 	subset string
 }
 
+// verifyHelp explains the forms verify accepts and what each level checks.
+const verifyHelp = `lifeboat verify --store URL [--read-data-subset all|none|n/t] [STEP|latest|all]
+
+Checks checkpoints the way a restore would take them: each rank's highest
+revision of a step. Which steps:
+  STEP     that step (a number, as lifeboat ls shows it)
+  latest   the newest complete step (the one a restore takes first)
+  all      every step in the store, oldest first (the default)
+What is checked at every level: every rank of the step has a manifest that
+decodes and is valid, and every chunk the manifests name is stored with the
+size they say (and the SHA-256 the store reports, where it reports one).
+--read-data-subset then sets which chunks are also downloaded and hashed:
+  all      every chunk (the default): a chunk whose bytes were altered is found
+  none     none: presence and sizes only (cheap: one Stat per chunk); a chunk
+           altered in place with its size kept is NOT found
+  n/t      part n of t of the chunks, chosen by hash: running 1/t to t/t
+           reads every chunk once (spread a large store's cost over t runs)
+The format checks a restore runs (pickle, zip, safetensors) are not run.
+Exit 0: no problem found; 1: a problem found (each is printed) or the store
+could not be read; 2: a bad command line.`
+
 func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o := &verifyOptions{}
 	fs := newFlagSet("verify", stderr)
 	o.common.register(fs)
 	o.store.register(fs)
-	fs.StringVar(&o.subset, "read-data-subset", "", "also download and hash part n of t of the chunks (n/t), or all; default: check existence and sizes only")
-	fs.Usage = flagUsage(fs, stderr, "lifeboat verify --store URL [--read-data-subset n/t] [STEP|latest|all]\n\nChecks each rank's highest revision of the step: the snapshot a restore takes.")
+	fs.StringVar(&o.subset, "read-data-subset", "all", "which chunks to download and hash besides checking they are stored with their size: all, none, or part n/t")
+	fs.Usage = flagUsage(fs, stderr, verifyHelp)
 	if code := parseCmd(fs, args, stderr); code >= 0 {
 		return code
 	}
@@ -30,16 +51,13 @@ func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	if fs.NArg() > 1 {
-		fmt.Fprintln(stderr, "lifeboat verify: give at most one step")
+		fmt.Fprintln(stderr, "lifeboat verify: give at most one step: STEP, latest or all")
 		return 2
 	}
-	var subset checkpoint.Subset
-	if o.subset != "" {
-		var err error
-		if subset, err = checkpoint.ParseSubset(o.subset); err != nil {
-			fmt.Fprintf(stderr, "lifeboat verify: --read-data-subset (LIFEBOAT_READ_DATA_SUBSET): %v\n", err)
-			return 2
-		}
+	subset, err := checkpoint.ParseSubset(o.subset)
+	if err != nil {
+		fmt.Fprintf(stderr, "lifeboat verify: --read-data-subset (LIFEBOAT_READ_DATA_SUBSET): %v\n", err)
+		return 2
 	}
 	s, err := o.store.open(ctx)
 	if err != nil {
@@ -80,7 +98,8 @@ func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return 1
 		}
 		if rep.OK() {
-			fmt.Fprintf(stdout, "step %d rev %d: ok (%d manifests, %d chunks, %d read, %d bytes read)\n", step, rep.Revision, rep.Manifests, rep.Chunks, rep.ChunksRead, rep.BytesRead)
+			fmt.Fprintf(stdout, "step %d rev %d: ok (%d manifests, %d chunks stored with their sizes; read-data %s: %d chunks, %d bytes read and hashed)\n",
+				step, rep.Revision, rep.Manifests, rep.Chunks, rep.ReadData, rep.ChunksRead, rep.BytesRead)
 			continue
 		}
 		bad++
