@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,6 +18,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -36,9 +38,12 @@ func (o object) String() string { return fmt.Sprintf("%s#%d (%s %s)", o.file, o.
 
 // kinds maps apiVersion/kind to a new value of its type; other kinds fail.
 var kinds = map[string]func() any{
-	"batch/v1/Job":                       func() any { return &batchv1.Job{} },
-	"v1/Secret":                          func() any { return &corev1.Secret{} },
-	"scheduling.k8s.io/v1/PriorityClass": func() any { return &schedulingv1.PriorityClass{} },
+	"batch/v1/Job":                             func() any { return &batchv1.Job{} },
+	"v1/Secret":                                func() any { return &corev1.Secret{} },
+	"scheduling.k8s.io/v1/PriorityClass":       func() any { return &schedulingv1.PriorityClass{} },
+	"v1/ServiceAccount":                        func() any { return &corev1.ServiceAccount{} },
+	"rbac.authorization.k8s.io/v1/Role":        func() any { return &rbacv1.Role{} },
+	"rbac.authorization.k8s.io/v1/RoleBinding": func() any { return &rbacv1.RoleBinding{} },
 }
 
 var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
@@ -171,9 +176,12 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 
 // manifests is every object in deploy/k8s, by kind.
 type manifests struct {
-	jobs       []object
-	secrets    map[string]*corev1.Secret
-	priorities map[string]*schedulingv1.PriorityClass
+	jobs            []object
+	secrets         map[string]*corev1.Secret
+	priorities      map[string]*schedulingv1.PriorityClass
+	serviceAccounts map[string]*corev1.ServiceAccount
+	roles           map[string]*rbacv1.Role
+	roleBindings    map[string]*rbacv1.RoleBinding
 }
 
 func loadManifests(t *testing.T) *manifests {
@@ -182,7 +190,8 @@ func loadManifests(t *testing.T) *manifests {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifests in %s: %v", manifestDir, err)
 	}
-	m := &manifests{secrets: map[string]*corev1.Secret{}, priorities: map[string]*schedulingv1.PriorityClass{}}
+	m := &manifests{secrets: map[string]*corev1.Secret{}, priorities: map[string]*schedulingv1.PriorityClass{},
+		serviceAccounts: map[string]*corev1.ServiceAccount{}, roles: map[string]*rbacv1.Role{}, roleBindings: map[string]*rbacv1.RoleBinding{}}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -206,6 +215,21 @@ func loadManifests(t *testing.T) *manifests {
 					t.Fatalf("%s: a second PriorityClass %q", o, x.Name)
 				}
 				m.priorities[x.Name] = x
+			case *corev1.ServiceAccount:
+				if m.serviceAccounts[x.Name] != nil {
+					t.Fatalf("%s: a second ServiceAccount %q", o, x.Name)
+				}
+				m.serviceAccounts[x.Name] = x
+			case *rbacv1.Role:
+				if m.roles[x.Name] != nil {
+					t.Fatalf("%s: a second Role %q", o, x.Name)
+				}
+				m.roles[x.Name] = x
+			case *rbacv1.RoleBinding:
+				if m.roleBindings[x.Name] != nil {
+					t.Fatalf("%s: a second RoleBinding %q", o, x.Name)
+				}
+				m.roleBindings[x.Name] = x
 			}
 		}
 	}
@@ -225,6 +249,81 @@ func TestManifestFiles(t *testing.T) {
 	if s := m.secrets["lifeboat-s3"]; s == nil {
 		t.Errorf("secret.example.yaml: no Secret lifeboat-s3")
 	}
+	if m.serviceAccounts["lifeboat"] == nil || m.roles["lifeboat"] == nil || m.roleBindings["lifeboat"] == nil {
+		t.Errorf("rbac.yaml: want a ServiceAccount, a Role and a RoleBinding named lifeboat")
+	}
+}
+
+// lifeboatRules is what lifeboat does with the Kubernetes API from its
+// pod, as group/resource/verb: Events on its own pod, reading it (grace)
+// and annotating it.
+var lifeboatRules = []string{"/events/create", "events.k8s.io/events/create", "/pods/get", "/pods/patch"}
+
+// ruleTriples flattens RBAC rules to group/resource/verb, or says why a
+// rule grants more than its triples (names, URLs, wildcards).
+func ruleTriples(rules []rbacv1.PolicyRule) ([]string, error) {
+	var got []string
+	for i, r := range rules {
+		if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
+			return nil, fmt.Errorf("rule %d names resources or URLs; lifeboat's rules are by resource and verb", i)
+		}
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					if g == "*" || res == "*" || v == "*" {
+						return nil, fmt.Errorf("rule %d has a wildcard (%s/%s/%s)", i, g, res, v)
+					}
+					got = append(got, g+"/"+res+"/"+v)
+				}
+			}
+		}
+	}
+	sort.Strings(got)
+	return got, nil
+}
+
+func TestRBAC(t *testing.T) {
+	m := loadManifests(t)
+	role := m.roles["lifeboat"]
+	if role == nil {
+		t.Fatal("rbac.yaml: no Role lifeboat")
+	}
+	got, err := ruleTriples(role.Rules)
+	if err != nil {
+		t.Fatalf("Role lifeboat: %v", err)
+	}
+	want := slices.Clone(lifeboatRules)
+	sort.Strings(want)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Role lifeboat grants %v, want exactly %v", got, want)
+	}
+	if err := checkBinding(m, "lifeboat"); err != nil {
+		t.Error(err)
+	}
+	// Every Job's pod runs as that ServiceAccount (TestJobs checks each).
+	_, err = ruleTriples([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"*"}}})
+	if err == nil {
+		t.Error("ruleTriples accepts a wildcard verb")
+	}
+}
+
+// checkBinding says whether a RoleBinding in rbac.yaml gives the
+// ServiceAccount sa (in the binding's own namespace) the Role lifeboat.
+func checkBinding(m *manifests, sa string) error {
+	if m.serviceAccounts[sa] == nil {
+		return fmt.Errorf("serviceAccountName %q is not a ServiceAccount in rbac.yaml", sa)
+	}
+	for _, rb := range m.roleBindings {
+		if rb.RoleRef.Kind != "Role" || rb.RoleRef.APIGroup != rbacv1.GroupName || m.roles[rb.RoleRef.Name] == nil {
+			continue
+		}
+		for _, s := range rb.Subjects {
+			if s.Kind == rbacv1.ServiceAccountKind && s.Name == sa && s.Namespace == "" && rb.RoleRef.Name == "lifeboat" {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("no RoleBinding in rbac.yaml binds ServiceAccount %s (in its own namespace) to Role lifeboat", sa)
 }
 
 func TestDecodeManifestRejects(t *testing.T) {
@@ -340,6 +439,13 @@ func resolve(c *corev1.Container, init bool) (*lifeboatProc, error) {
 		env[k] = v
 	}
 	for _, e := range c.Env {
+		if path, ok := podEnv[e.Name]; ok {
+			if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != path {
+				return nil, fmt.Errorf("container %s: %s must come from the downward API (valueFrom.fieldRef.fieldPath: %s)", c.Name, e.Name, path)
+			}
+			env[e.Name] = "(from " + path + ")"
+			continue
+		}
 		if e.ValueFrom != nil {
 			if strings.HasPrefix(e.Name, "LIFEBOAT_") {
 				return nil, fmt.Errorf("container %s: %s comes from valueFrom; this test can only check literal LIFEBOAT_ values", c.Name, e.Name)
@@ -359,6 +465,9 @@ func resolve(c *corev1.Container, init bool) (*lifeboatProc, error) {
 		return nil, fmt.Errorf("container %s runs `lifeboat %s`, which this test does not check", c.Name, p.sub)
 	}
 	for k := range env {
+		if _, ok := podEnv[k]; ok {
+			continue
+		}
 		if f := flagOfEnv(k); f != "" && !known[f] {
 			return nil, fmt.Errorf("container %s: %s is no flag of lifeboat %s (see lifeboat %s --help)", c.Name, k, p.sub, p.sub)
 		}
@@ -398,6 +507,10 @@ func resolve(c *corev1.Container, init bool) (*lifeboatProc, error) {
 	}
 	return p, nil
 }
+
+// podEnv are the variables that tell lifeboat which pod is its own, with
+// the downward API field each must come from.
+var podEnv = map[string]string{"LIFEBOAT_POD_NAME": "metadata.name", "LIFEBOAT_POD_NAMESPACE": "metadata.namespace"}
 
 // pod is a Job's pod template with its lifeboat containers resolved.
 type pod struct {
@@ -724,6 +837,22 @@ var jobChecks = []struct {
 		}
 		return nil
 	}},
+	{"lifeboat knows its own pod and may use the API on it", func(p *pod) error {
+		for _, lp := range p.procs {
+			for _, name := range slices.Sorted(maps.Keys(podEnv)) {
+				if _, ok := lp.env[name]; !ok {
+					return fmt.Errorf("container %s (lifeboat %s) does not set %s from the downward API (fieldRef %s)", lp.c.Name, lp.sub, name, podEnv[name])
+				}
+			}
+		}
+		if p.spec.ServiceAccountName == "" {
+			return errors.New("no serviceAccountName: set it to rbac.yaml's ServiceAccount lifeboat")
+		}
+		if p.spec.AutomountServiceAccountToken != nil && !*p.spec.AutomountServiceAccountToken {
+			return errors.New("automountServiceAccountToken is false: lifeboat cannot reach the API")
+		}
+		return checkBinding(p.m, p.spec.ServiceAccountName)
+	}},
 	{"env names are unique", func(p *pod) error {
 		for _, c := range p.allContainers() {
 			seen := map[string]bool{}
@@ -736,6 +865,18 @@ var jobChecks = []struct {
 		}
 		return nil
 	}},
+}
+
+// envVar returns c's variable name for a test to break.
+func envVar(t *testing.T, c *corev1.Container, name string) *corev1.EnvVar {
+	t.Helper()
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			return &c.Env[i]
+		}
+	}
+	t.Fatalf("container %s sets no %s", c.Name, name)
+	return nil
 }
 
 func mountVolume(c *corev1.Container, vol string) (string, bool) {
@@ -809,77 +950,105 @@ func TestJobChecksCatch(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, file, want string
-		breakIt          func(j *batchv1.Job)
+		breakIt          func(t *testing.T, j *batchv1.Job)
 	}{
-		{"grace differs", "job.yaml", "add up to", func(j *batchv1.Job) { setEnv(&j.Spec.Template.Spec.Containers[0], "LIFEBOAT_GRACE", "60s") }},
-		{"grace flag wins over env", "job.yaml", "trainer (lifeboat run) 1m0s", func(j *batchv1.Job) {
+		{"grace differs", "job.yaml", "add up to", func(t *testing.T, j *batchv1.Job) {
+			setEnv(&j.Spec.Template.Spec.Containers[0], "LIFEBOAT_GRACE", "60s")
+		}},
+		{"grace flag wins over env", "job.yaml", "trainer (lifeboat run) 1m0s", func(t *testing.T, j *batchv1.Job) {
 			j.Spec.Template.Spec.Containers[0].Command = []string{"/usr/local/bin/lifeboat", "run", "--grace", "60s", "--"}
 		}},
-		{"sidecar grace not counted", "job-sidecar.yaml", "add up to", func(j *batchv1.Job) {
+		{"sidecar grace not counted", "job-sidecar.yaml", "add up to", func(t *testing.T, j *batchv1.Job) {
 			setEnv(&j.Spec.Template.Spec.Containers[0], "LIFEBOAT_GRACE", "120s")
 		}},
-		{"missing volume", "job.yaml", "no such volume", func(j *batchv1.Job) { j.Spec.Template.Spec.Volumes[0].Name = "other" }},
-		{"secret key", "job.yaml", "no such key", func(j *batchv1.Job) {
-			j.Spec.Template.Spec.Containers[0].Env[4].ValueFrom.SecretKeyRef.Key = "aws_access_key_id"
+		{"missing volume", "job.yaml", "no such volume", func(t *testing.T, j *batchv1.Job) { j.Spec.Template.Spec.Volumes[0].Name = "other" }},
+		{"secret key", "job.yaml", "no such key", func(t *testing.T, j *batchv1.Job) {
+			envVar(t, &j.Spec.Template.Spec.Containers[0], "AWS_ACCESS_KEY_ID").ValueFrom.SecretKeyRef.Key = "aws_access_key_id"
 		}},
-		{"secret name", "job.yaml", "does not define", func(j *batchv1.Job) {
-			j.Spec.Template.Spec.Containers[0].Env[4].ValueFrom.SecretKeyRef.Name = "s3"
+		{"secret name", "job.yaml", "does not define", func(t *testing.T, j *batchv1.Job) {
+			envVar(t, &j.Spec.Template.Spec.Containers[0], "AWS_ACCESS_KEY_ID").ValueFrom.SecretKeyRef.Name = "s3"
 		}},
-		{"literal credentials", "job.yaml", "not a literal", func(j *batchv1.Job) {
-			j.Spec.Template.Spec.Containers[0].Env[4].ValueFrom = nil
+		{"literal credentials", "job.yaml", "not a literal", func(t *testing.T, j *batchv1.Job) {
+			envVar(t, &j.Spec.Template.Spec.Containers[0], "AWS_ACCESS_KEY_ID").ValueFrom = nil
 		}},
-		{"priority class", "job.yaml", "not in priorityclasses.yaml", func(j *batchv1.Job) { j.Spec.Template.Spec.PriorityClassName = "long" }},
-		{"no 143 rule", "job.yaml", "exit code 143", func(j *batchv1.Job) {
+		{"priority class", "job.yaml", "not in priorityclasses.yaml", func(t *testing.T, j *batchv1.Job) { j.Spec.Template.Spec.PriorityClassName = "long" }},
+		{"no 143 rule", "job.yaml", "exit code 143", func(t *testing.T, j *batchv1.Job) {
 			j.Spec.PodFailurePolicy.Rules = j.Spec.PodFailurePolicy.Rules[1:]
 		}},
-		{"no DisruptionTarget rule", "job.yaml", "DisruptionTarget", func(j *batchv1.Job) {
+		{"no DisruptionTarget rule", "job.yaml", "DisruptionTarget", func(t *testing.T, j *batchv1.Job) {
 			r := j.Spec.PodFailurePolicy.Rules
 			j.Spec.PodFailurePolicy.Rules = append(r[:1:1], r[2:]...)
 		}},
-		{"FailJob on 143", "job.yaml", "fails the Job on exit code 143", func(j *batchv1.Job) {
+		{"FailJob on 143", "job.yaml", "fails the Job on exit code 143", func(t *testing.T, j *batchv1.Job) {
 			r := &j.Spec.PodFailurePolicy.Rules[2]
 			r.OnExitCodes.Values = append(r.OnExitCodes.Values, 143)
 		}},
-		{"FailJob before DisruptionTarget", "job.yaml", "before the rule that ignores DisruptionTarget", func(j *batchv1.Job) {
+		{"FailJob before DisruptionTarget", "job.yaml", "before the rule that ignores DisruptionTarget", func(t *testing.T, j *batchv1.Job) {
 			r := j.Spec.PodFailurePolicy.Rules
 			r[1], r[2] = r[2], r[1]
 		}},
-		{"configuration error retried", "job.yaml", "exit code 2 of container trainer", func(j *batchv1.Job) {
+		{"configuration error retried", "job.yaml", "exit code 2 of container trainer", func(t *testing.T, j *batchv1.Job) {
 			j.Spec.PodFailurePolicy.Rules[2].OnExitCodes.Values = []int32{126, 127}
 		}},
-		{"restore's configuration error retried", "job-init-restore.yaml", "exit code 2 of container restore", func(j *batchv1.Job) {
+		{"restore's configuration error retried", "job-init-restore.yaml", "exit code 2 of container restore", func(t *testing.T, j *batchv1.Job) {
 			r := j.Spec.PodFailurePolicy.Rules
 			j.Spec.PodFailurePolicy.Rules = r[:len(r)-1]
 		}},
-		{"restart policy", "job.yaml", "requires Never", func(j *batchv1.Job) { j.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyOnFailure }},
-		{"dir not mounted", "job.yaml", "no mountPath", func(j *batchv1.Job) { setEnv(&j.Spec.Template.Spec.Containers[0], "LIFEBOAT_DIR", "/data") }},
-		{"unknown LIFEBOAT variable", "job.yaml", "no flag", func(j *batchv1.Job) {
+		{"restart policy", "job.yaml", "requires Never", func(t *testing.T, j *batchv1.Job) { j.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyOnFailure }},
+		{"dir not mounted", "job.yaml", "no mountPath", func(t *testing.T, j *batchv1.Job) {
+			setEnv(&j.Spec.Template.Spec.Containers[0], "LIFEBOAT_DIR", "/data")
+		}},
+		{"unknown LIFEBOAT variable", "job.yaml", "no flag", func(t *testing.T, j *batchv1.Job) {
 			setEnv(&j.Spec.Template.Spec.Containers[0], "LIFEBOAT_GRACE_PERIOD", "120s")
 		}},
-		{"unknown flag", "job-sidecar.yaml", "has no flag", func(j *batchv1.Job) {
+		{"unknown flag", "job-sidecar.yaml", "has no flag", func(t *testing.T, j *batchv1.Job) {
 			j.Spec.Template.Spec.InitContainers[1].Args = append(j.Spec.Template.Spec.InitContainers[1].Args, "--grace-period", "1s")
 		}},
-		{"sidecar not native", "job-sidecar.yaml", "restartPolicy: Always", func(j *batchv1.Job) {
+		{"sidecar not native", "job-sidecar.yaml", "restartPolicy: Always", func(t *testing.T, j *batchv1.Job) {
 			j.Spec.Template.Spec.InitContainers[1].RestartPolicy = nil
 		}},
-		{"restore after sidecar", "job-sidecar.yaml", "after the sidecar", func(j *batchv1.Job) {
+		{"restore after sidecar", "job-sidecar.yaml", "after the sidecar", func(t *testing.T, j *batchv1.Job) {
 			ic := j.Spec.Template.Spec.InitContainers
 			ic[0], ic[1] = ic[1], ic[0]
 		}},
-		{"restores twice", "job-init-restore.yaml", "restores again", func(j *batchv1.Job) {
+		{"restores twice", "job-init-restore.yaml", "restores again", func(t *testing.T, j *batchv1.Job) {
 			setEnv(&j.Spec.Template.Spec.Containers[0], "LIFEBOAT_RESTORE", "auto")
 		}},
-		{"command replaces lifeboat", "job.yaml", "", func(j *batchv1.Job) {
+		{"command replaces lifeboat", "job.yaml", "", func(t *testing.T, j *batchv1.Job) {
 			j.Spec.Template.Spec.Containers[0].Command = []string{"python"}
 			j.Spec.Template.Spec.Containers[0].Args = []string{"train.py"}
 		}},
-		{"unknown image", "job.yaml", "not built in this repository", func(j *batchv1.Job) {
+		{"no service account", "job.yaml", "no serviceAccountName", func(t *testing.T, j *batchv1.Job) { j.Spec.Template.Spec.ServiceAccountName = "" }},
+		{"unknown service account", "job-sidecar.yaml", "not a ServiceAccount", func(t *testing.T, j *batchv1.Job) { j.Spec.Template.Spec.ServiceAccountName = "trainer" }},
+		{"no token", "job.yaml", "automountServiceAccountToken", func(t *testing.T, j *batchv1.Job) {
+			f := false
+			j.Spec.Template.Spec.AutomountServiceAccountToken = &f
+		}},
+		{"pod name from the wrong field", "job.yaml", "fieldPath: metadata.name", func(t *testing.T, j *batchv1.Job) {
+			for i, e := range j.Spec.Template.Spec.Containers[0].Env {
+				if e.Name == "LIFEBOAT_POD_NAME" {
+					j.Spec.Template.Spec.Containers[0].Env[i].ValueFrom.FieldRef.FieldPath = "metadata.uid"
+				}
+			}
+		}},
+		{"pod namespace as a literal", "job-init-restore.yaml", "downward API", func(t *testing.T, j *batchv1.Job) {
+			for i, e := range j.Spec.Template.Spec.InitContainers[0].Env {
+				if e.Name == "LIFEBOAT_POD_NAMESPACE" {
+					j.Spec.Template.Spec.InitContainers[0].Env[i] = corev1.EnvVar{Name: e.Name, Value: "default"}
+				}
+			}
+		}},
+		{"sidecar does not know its pod", "job-sidecar.yaml", "uploader (lifeboat sidecar) does not set LIFEBOAT_POD_NAME", func(t *testing.T, j *batchv1.Job) {
+			c := &j.Spec.Template.Spec.InitContainers[1]
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "LIFEBOAT_POD_NAME" })
+		}},
+		{"unknown image", "job.yaml", "not built in this repository", func(t *testing.T, j *batchv1.Job) {
 			j.Spec.Template.Spec.Containers[0].Image = "somewhere/else:1"
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j := base(t, tc.file)
-			tc.breakIt(j)
+			tc.breakIt(t, j)
 			p, err := newPod(j, m)
 			var errs []string
 			if err != nil {
