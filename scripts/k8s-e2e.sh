@@ -1,0 +1,1045 @@
+#!/usr/bin/env bash
+# k8s-e2e.sh: lifeboat's preemption scenarios on a real one-node Kubernetes
+# cluster, run from the manifests in deploy/k8s.
+#
+#   scripts/k8s-e2e.sh [SCENARIO...]     default: all, in the order below
+#
+# The cluster: etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler and a kubelet (scripts/k8s-build.sh builds or reuses them)
+# on containerd with runc and the bridge CNI plugin (Debian packages), all
+# listening on 127.0.0.1 or on a bridge of their own, with certificates,
+# state, logs and sockets in one temporary directory. containerd runs with
+# its own root, state and socket beside any other containerd, and with
+# restrict_oom_score_adj (a root without CAP_SYS_RESOURCE cannot raise a
+# container's OOM score). No registry is used: the sandbox image is
+# internal/cmd/pause built static, and the pod images (lifeboat:dev and the
+# trainer) come from Docker (scripts/docker-build.sh, the image
+# scripts/docker-e2e.sh builds) through `docker save | ctr images import`.
+# The node advertises a fake extended resource, example.com/gpu, patched
+# into its status through the API, so a GPU is what pods compete for.
+# MinIO listens on the bridge's gateway address, which pods and this
+# machine both reach.
+#
+# The manifests are used as shipped (priorityclasses.yaml, rbac.yaml,
+# secret.example.yaml and the three Jobs) after an overlay that changes
+# only what a cluster without a registry, DNS or GPUs needs, and sizes:
+#   - images: lifeboat-example:dev becomes the trainer image built here
+#     (the example trainer on Debian, with `python`), every pull policy
+#     Never;
+#   - the store: AWS_ENDPOINT_URL is the MinIO here, each store prefix gets
+#     the scenario's namespace in front (s3://ckpt/NS/...), the Secret gets
+#     the server's keys;
+#   - sizes: the trainer's --steps and --save-every (and --pad-mb in c),
+#     CPU and memory requests, one example.com/gpu per trainer;
+# and, where a scenario needs it (each says so below): the grace (e), a
+# bad flag value (d), a trainer whose save never ends (e), an Indexed Job
+# of two pods with LIFEBOAT_WORLD_SIZE=2 (f).
+#
+# Scenarios, each checked through the API, the containers' logs (read from
+# the kubelet's log directory: the kubelet serves no logs on 127.0.0.1) and
+# the store (`lifeboat ls`):
+#   a   job.yaml: a higher-priority pod preempts the trainer; lifeboat
+#       commits the SIGTERM save and exits 143; the Job counts no failure;
+#       the replacement stays Pending while the GPU is taken, then resumes
+#       from exactly the committed step; the Job completes
+#   d   job.yaml with LIFEBOAT_WORKERS=-5: lifeboat exits 2 and the Job
+#       fails at once (podFailurePolicy FailJob), with no retry
+#   e   job.yaml with a 15 s grace and a trainer whose SIGTERM save never
+#       finishes: lifeboat SIGKILLs it at its deadline, does not commit the
+#       partial save, and the replacement resumes the previous committed step
+#   b1  job-sidecar.yaml: the same preemption with the native sidecar
+#   b2  job-init-restore.yaml: the same with the init-container restore
+#   f   job.yaml as an Indexed Job of two pods (two GPUs): one is preempted,
+#       the other stops through the store (coord), both resume one step
+#   c   job.yaml: the replacement is preempted while it restores (the
+#       bridge is slowed so the restore takes a while); the Job still
+#       counts no failure and the pod after it resumes the committed step
+#
+# Everything started is stopped on exit, also on failure: pods, the
+# components, containerd's tasks and shims, mounts, cgroups, the bridge,
+# the kubelet's iptables chains and the sysctls the kubelet changes. On a
+# failure the pods, events and the components' log tails are printed.
+# LIFEBOAT_K8S_REUSE_IMAGES=1 uses lifeboat:dev and lifeboat-e2e-trainer:dev
+# as they are (scripts/test.sh has just built them); otherwise
+# scripts/docker-build.sh builds lifeboat:dev and the trainer image is
+# rebuilt from it. LIFEBOAT_K8S_KEEP=1 leaves the temporary directory.
+# The last line is `k8s-e2e: N passed, N failed`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+SCENARIOS=("$@")
+((${#SCENARIOS[@]})) || SCENARIOS=(a d e b1 b2 f c)
+
+TRAINER_IMAGE=lifeboat-k8s-trainer:dev
+PAUSE_IMAGE=lifeboat.invalid/pause:1
+BRIDGE=lbk8s0
+SUBNET=10.254.77
+GW=$SUBNET.1
+BUCKET=ckpt
+# sysctls the kubelet (and the bridge plugin) set; put back on exit.
+SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
+	kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward)
+
+passed=0
+failed=0
+W=
+K8S=
+declare -A PIDS=()
+declare -A SAVED_SYSCTL=()
+IPT_BEFORE=
+CURRENT=
+
+pass() { passed=$((passed + 1)); printf 'ok   %s\n' "$*"; }
+fail() { failed=$((failed + 1)); printf 'FAIL %s\n' "$*"; }
+expect() {
+	if [ "$2" = "$3" ]; then
+		pass "$1 ($2)"
+	else
+		fail "$1: got '$2', want '$3'"
+	fi
+}
+die() {
+	fail "$*"
+	exit 1
+}
+
+kc() { "$K8S/kubectl" --kubeconfig "$W/admin.kubeconfig" "$@"; }
+ctr_() { ctr --address "$W/containerd/containerd.sock" "$@"; }
+
+free_port() {
+	local port
+	for _ in $(seq 100); do
+		port=$((20000 + RANDOM % 40000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			printf '%s\n' "$port"
+			return
+		fi
+	done
+	return 1
+}
+
+# wait_until SECONDS WHAT CMD...: polls CMD every half second.
+wait_until() {
+	local secs=$1 what=$2 i
+	shift 2
+	for ((i = 0; i < secs * 2; i++)); do
+		"$@" >/dev/null 2>&1 && return 0
+		sleep 0.5
+	done
+	log "timed out after ${secs}s waiting for $what"
+	return 1
+}
+
+# start NAME CMD...: starts a component in its own session, logging to
+# $W/logs/NAME.log.
+start() {
+	local name=$1
+	shift
+	setsid "$@" </dev/null >"$W/logs/$name.log" 2>&1 &
+	PIDS[$name]=$!
+}
+
+stop_pid() {
+	local pid=$1 i
+	kill -TERM "$pid" 2>/dev/null || return 0
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$pid" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+}
+
+diagnostics() {
+	log "diagnostics"
+	if [ -n "$K8S" ] && [ -S "$W/containerd/containerd.sock" ] && kc get --raw /readyz >/dev/null 2>&1; then
+		kc get nodes -o wide >&2 || true
+		kc get pods -A -o wide >&2 || true
+		kc get jobs -A -o wide >&2 || true
+		local ns
+		for ns in $(kc get ns -o name | sed 's|namespace/||' | grep '^sc-'); do
+			kc get events -n "$ns" --sort-by=.lastTimestamp 2>/dev/null | tail -n 30 >&2 || true
+			kc get jobs -n "$ns" -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.status}{"\n"}{end}' >&2 || true
+			kc get pods -n "$ns" -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.status.phase}{" "}{.status.conditions}{" "}{.status.containerStatuses}{" "}{.status.initContainerStatuses}{"\n"}{end}' >&2 || true
+		done
+	fi
+	local f
+	for f in "$W"/keep/*/*/*.log; do
+		[ -f "$f" ] || continue
+		log "${f#"$W"/keep/}:"
+		tail -n 25 "$f" | sed 's/^/    /' >&2
+	done
+	for f in "$W"/logs/*.log; do
+		[ -f "$f" ] || continue
+		log "last lines of $(basename "$f"):"
+		tail -n 15 "$f" | sed 's/^/    /' >&2
+	done
+}
+
+# cleanup stops everything in the reverse order of starting it.
+cleanup() {
+	local rc=$?
+	set +e
+	((rc != 0 || failed > 0)) && [ -n "$W" ] && diagnostics
+	if [ -n "${PIDS[kubelet]:-}" ] && kc get --raw /readyz >/dev/null 2>&1; then
+		# Pods first, through the kubelet, so sandboxes and their network
+		# namespaces are torn down the normal way.
+		kc delete ns -l lifeboat-e2e=1 --wait=false >/dev/null 2>&1
+		kc delete pods -A --all --grace-period=0 --force >/dev/null 2>&1
+		wait_until 30 "the kubelet to stop every pod" no_tasks
+	fi
+	local name
+	for name in "${!PIDS[@]}"; do
+		case $name in watch-* | keep-logs) stop_pid "${PIDS[$name]}" ;; esac
+	done
+	[ -n "${PIDS[kubelet]:-}" ] && stop_pid "${PIDS[kubelet]}"
+	if [ -S "$W/containerd/containerd.sock" ]; then
+		local id
+		for id in $(ctr_ -n k8s.io tasks ls -q 2>/dev/null); do
+			ctr_ -n k8s.io tasks kill -s SIGKILL "$id" >/dev/null 2>&1
+		done
+		sleep 0.5
+		for id in $(ctr_ -n k8s.io tasks ls -q 2>/dev/null); do
+			ctr_ -n k8s.io tasks rm -f "$id" >/dev/null 2>&1
+		done
+	fi
+	for name in controller-manager scheduler apiserver etcd containerd minio; do
+		[ -n "${PIDS[$name]:-}" ] && stop_pid "${PIDS[$name]}"
+	done
+	if [ -n "$W" ]; then
+		# Shims this containerd started (their -address is its socket).
+		local p
+		for p in /proc/[0-9]*; do
+			if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "-address $W/containerd/containerd.sock"; then
+				kill -KILL "${p#/proc/}" 2>/dev/null
+			fi
+		done
+		# Mounts under the work directory, deepest first.
+		local m
+		for m in $(awk -v w="$W" 'index($5, w) == 1 { print $5 }' /proc/self/mountinfo | sort -r); do
+			umount -l "$m" 2>/dev/null
+		done
+		find /var/log/containers -maxdepth 1 -type l -lname "$W/*" -delete 2>/dev/null
+		rmdir /var/log/containers 2>/dev/null
+	fi
+	# The kubelet's QoS cgroups, deepest first, in every hierarchy.
+	find /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods -depth -type d -exec rmdir {} \; 2>/dev/null
+	ip link del "$BRIDGE" 2>/dev/null
+	if [ -n "$IPT_BEFORE" ]; then
+		local t c
+		for t in mangle nat filter; do
+			for c in $(iptables -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ { print $2 }'); do
+				grep -qx -- "$t $c" "$IPT_BEFORE" || iptables -t "$t" -X "$c" 2>/dev/null
+			done
+			for c in $(ip6tables -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ { print $2 }'); do
+				grep -qx -- "6 $t $c" "$IPT_BEFORE" || ip6tables -t "$t" -X "$c" 2>/dev/null
+			done
+		done
+	fi
+	local s
+	for s in "${!SAVED_SYSCTL[@]}"; do
+		sysctl -qw "$s=${SAVED_SYSCTL[$s]}" >/dev/null 2>&1
+	done
+	if [ -n "$W" ]; then
+		if [ "${LIFEBOAT_K8S_KEEP:-0}" = 1 ]; then
+			log "kept $W"
+		else
+			rm -rf "$W" 2>/dev/null
+		fi
+	fi
+	if ((rc != 0 && failed == 0)); then
+		fail "the script stopped early (exit $rc; see above)"
+	fi
+	echo "k8s-e2e: $passed passed, $failed failed"
+	((failed == 0)) || exit 1
+	exit "$rc"
+}
+
+no_tasks() { [ -z "$(ctr_ -n k8s.io tasks ls -q 2>/dev/null)" ]; }
+
+# --- setup -----------------------------------------------------------------
+
+need_pkgs etcd:etcd-server containerd:containerd runc:runc ctr:containerd \
+	/usr/lib/cni/bridge:containernetworking-plugins openssl:openssl ip:iproute2 \
+	tc:iproute2 iptables:iptables python3:python3 curl:curl
+t_all=$SECONDS
+log "Kubernetes binaries (scripts/k8s-build.sh)"
+K8S=$(scripts/k8s-build.sh install)
+
+W=$(mktemp -d "${TMPDIR:-/tmp}/lifeboat-k8s.XXXXXX")
+chmod 755 "$W"
+trap cleanup EXIT
+mkdir -p "$W/logs" "$W/pki" "$W/containerd" "$W/cni/net.d" "$W/cni/ipam" "$W/kubelet" "$W/pod-logs" "$W/minio/data"
+
+for s in "${SYSCTLS[@]}"; do
+	SAVED_SYSCTL[$s]=$(sysctl -n "$s")
+done
+IPT_BEFORE=$W/iptables-chains
+for t in mangle nat filter; do
+	iptables -t "$t" -S 2>/dev/null | awk -v t="$t" '$1 == "-N" { print t, $2 }'
+	ip6tables -t "$t" -S 2>/dev/null | awk -v t="$t" '$1 == "-N" { print 6, t, $2 }'
+done >"$IPT_BEFORE"
+
+# --- images ----------------------------------------------------------------
+
+images() {
+	ensure_dockerd
+	if [ "${LIFEBOAT_K8S_REUSE_IMAGES:-0}" = 1 ] && docker image inspect lifeboat:dev lifeboat-e2e-trainer:dev >/dev/null 2>&1; then
+		log "using the existing lifeboat:dev and lifeboat-e2e-trainer:dev"
+	else
+		scripts/docker-build.sh >&2
+		local suite
+		suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
+		if ! docker image inspect "lifeboat-e2e-base:$suite" >/dev/null 2>&1; then
+			log "no lifeboat-e2e-base:$suite: scripts/docker-e2e.sh makes it"
+			LIFEBOAT_E2E_REUSE_IMAGE=1 LIFEBOAT_E2E_S3=0 scripts/docker-e2e.sh >&2
+		fi
+		DOCKER_BUILDKIT=0 docker build -q -f images/e2e/Dockerfile --build-arg BASE="lifeboat-e2e-base:$suite" \
+			--build-arg LIFEBOAT_IMAGE=lifeboat:dev -t lifeboat-e2e-trainer:dev . >/dev/null
+	fi
+	# The manifests run `python train.py`; Debian's python3 has no `python`.
+	printf 'FROM lifeboat-e2e-trainer:dev\nRUN ln -s /usr/bin/python3 /usr/local/bin/python\n' |
+		DOCKER_BUILDKIT=0 docker build -q -t "$TRAINER_IMAGE" - >/dev/null
+	# The sandbox image: the pause program alone.
+	mkdir -p "$W/pause"
+	CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$W/pause/pause" ./internal/cmd/pause
+	tar -C "$W/pause" -c pause | docker import --change 'ENTRYPOINT ["/pause"]' - "$PAUSE_IMAGE" >/dev/null
+	docker save -o "$W/images.tar" lifeboat:dev "$TRAINER_IMAGE" "$PAUSE_IMAGE"
+	# lifeboat on this machine, for `lifeboat ls`: the image's own binary.
+	local c
+	c=$(docker create lifeboat:dev)
+	docker cp "$c:/lifeboat" "$W/lifeboat" >/dev/null
+	docker rm "$c" >/dev/null
+	docker image rm "$PAUSE_IMAGE" >/dev/null
+}
+
+# --- the cluster -----------------------------------------------------------
+
+pki() {
+	local p=$W/pki
+	(
+		cd "$p"
+		openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=lifeboat-e2e-ca 2>/dev/null
+		openssl req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr -subj /CN=kube-apiserver 2>/dev/null
+		printf 'subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\n' >san.ext
+		openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out apiserver.crt -days 2 -extfile san.ext 2>/dev/null
+		openssl genrsa -out sa.key 2048 2>/dev/null
+		openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+		od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >token
+		printf '%s,admin,admin,"system:masters"\n' "$(cat token)" >tokens.csv
+	)
+	chmod 600 "$p"/*
+}
+
+kubeconfig() {
+	cat >"$W/admin.kubeconfig" <<-EOF
+		apiVersion: v1
+		kind: Config
+		clusters:
+		- name: e2e
+		  cluster:
+		    server: https://127.0.0.1:$API_PORT
+		    certificate-authority: $W/pki/ca.crt
+		users:
+		- name: admin
+		  user:
+		    token: $(cat "$W/pki/token")
+		contexts:
+		- name: e2e
+		  context: {cluster: e2e, user: admin}
+		current-context: e2e
+	EOF
+	chmod 600 "$W/admin.kubeconfig"
+}
+
+containerd_up() {
+	local c=$W/containerd
+	cat >"$c/config.toml" <<-EOF
+		version = 2
+		root = "$c/root"
+		state = "$c/state"
+		[grpc]
+		  address = "$c/containerd.sock"
+		[ttrpc]
+		  address = "$c/containerd.sock.ttrpc"
+		[plugins."io.containerd.internal.v1.opt"]
+		  path = "$c/opt"
+		[plugins."io.containerd.grpc.v1.cri"]
+		  sandbox_image = "$PAUSE_IMAGE"
+		  restrict_oom_score_adj = true
+		  netns_mounts_under_state_dir = true
+		  enable_selinux = false
+		  [plugins."io.containerd.grpc.v1.cri".containerd]
+		    snapshotter = "overlayfs"
+		    default_runtime_name = "runc"
+		    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+		      runtime_type = "io.containerd.runc.v2"
+		      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+		        SystemdCgroup = false
+		        Root = "$c/runc"
+		  [plugins."io.containerd.grpc.v1.cri".cni]
+		    bin_dir = "/usr/lib/cni"
+		    conf_dir = "$W/cni/net.d"
+	EOF
+	cat >"$W/cni/net.d/10-lifeboat-e2e.conflist" <<-EOF
+		{
+		  "cniVersion": "0.4.0",
+		  "name": "lifeboat-e2e",
+		  "plugins": [{
+		    "type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+		    "ipam": {"type": "host-local", "dataDir": "$W/cni/ipam",
+		      "ranges": [[{"subnet": "$SUBNET.0/24", "gateway": "$GW"}]], "routes": [{"dst": "0.0.0.0/0"}]}
+		  }]
+		}
+	EOF
+	start containerd containerd --config "$c/config.toml"
+	wait_until 30 containerd ctr_ version
+	ctr_ -n k8s.io images import "$W/images.tar" >/dev/null
+	rm -f "$W/images.tar"
+}
+
+# The bridge exists before the first pod so MinIO can listen on its
+# gateway address; the bridge plugin takes it over.
+bridge_up() {
+	ip link add "$BRIDGE" type bridge
+	ip addr add "$GW/24" dev "$BRIDGE"
+	ip link set "$BRIDGE" up
+}
+
+minio_up() {
+	local bin
+	bin=$(scripts/minio.sh install)
+	MINIO_PORT=$(free_port)
+	MINIO_USER=lb$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
+	MINIO_PASS=s$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+	ENDPOINT=http://$GW:$MINIO_PORT
+	MINIO_ROOT_USER=$MINIO_USER MINIO_ROOT_PASSWORD=$MINIO_PASS MINIO_BROWSER=off MINIO_UPDATE=off MINIO_CI_CD=1 \
+		start minio "$bin" server --quiet --address "$GW:$MINIO_PORT" --console-address "$GW:$(free_port)" "$W/minio/data"
+	wait_until 60 MinIO curl -fsS "$ENDPOINT/minio/health/ready"
+	curl -fsS -X PUT --aws-sigv4 aws:amz:us-east-1:s3 --user "$MINIO_USER:$MINIO_PASS" "$ENDPOINT/$BUCKET" >/dev/null
+}
+
+control_plane_up() {
+	local etcd_port etcd_peer
+	etcd_port=$(free_port)
+	etcd_peer=$(free_port)
+	API_PORT=$(free_port)
+	start etcd etcd --name e2e --data-dir "$W/etcd" \
+		--listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+		--listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
+		--initial-cluster "e2e=http://127.0.0.1:$etcd_peer" --unsafe-no-fsync
+	wait_until 30 etcd curl -fsS "http://127.0.0.1:$etcd_port/health"
+	local p=$W/pki
+	start apiserver "$K8S/kube-apiserver" --etcd-servers "http://127.0.0.1:$etcd_port" \
+		--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
+		--tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" --cert-dir "$W/apiserver" \
+		--token-auth-file "$p/tokens.csv" --authorization-mode RBAC \
+		--service-account-issuer https://kubernetes.default.svc --service-account-key-file "$p/sa.pub" \
+		--service-account-signing-key-file "$p/sa.key" --service-cluster-ip-range 10.96.0.0/24 \
+		--endpoint-reconciler-type none --enable-priority-and-fairness=false --profiling=false
+	kubeconfig
+	wait_until 90 kube-apiserver kc get --raw /readyz
+	start controller-manager "$K8S/kube-controller-manager" --kubeconfig "$W/admin.kubeconfig" \
+		--leader-elect=false --secure-port 0 --service-account-private-key-file "$p/sa.key" \
+		--root-ca-file "$p/ca.crt" --use-service-account-credentials=false --profiling=false
+	start scheduler "$K8S/kube-scheduler" --kubeconfig "$W/admin.kubeconfig" \
+		--leader-elect=false --secure-port 0 --profiling=false
+}
+
+kubelet_up() {
+	NODE=lifeboat-e2e
+	cat >"$W/kubelet/config.yaml" <<-EOF
+		apiVersion: kubelet.config.k8s.io/v1beta1
+		kind: KubeletConfiguration
+		address: 127.0.0.1
+		port: $(free_port)
+		readOnlyPort: 0
+		healthzPort: 0
+		authentication:
+		  anonymous: {enabled: false}
+		  webhook: {enabled: true}
+		authorization: {mode: Webhook}
+		cgroupDriver: cgroupfs
+		failCgroupV1: false
+		failSwapOn: false
+		containerRuntimeEndpoint: unix://$W/containerd/containerd.sock
+		podLogsDir: $W/pod-logs
+		evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+		imageGCHighThresholdPercent: 100
+		imageGCLowThresholdPercent: 99
+		serializeImagePulls: false
+		maxPods: 30
+		nodeStatusUpdateFrequency: 2s
+	EOF
+	start kubelet "$K8S/kubelet" --config "$W/kubelet/config.yaml" --kubeconfig "$W/admin.kubeconfig" \
+		--root-dir "$W/kubelet" --cert-dir "$W/kubelet/pki" --hostname-override "$NODE" --v 1
+	wait_until 90 "node $NODE Ready" node_ready
+}
+
+node_ready() {
+	[ "$(kc get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
+}
+
+# gpus N: the node advertises N example.com/gpu.
+gpus() {
+	kc patch node "$NODE" --subresource=status --type=json \
+		-p "[{\"op\":\"add\",\"path\":\"/status/capacity/example.com~1gpu\",\"value\":\"$1\"},{\"op\":\"add\",\"path\":\"/status/allocatable/example.com~1gpu\",\"value\":\"$1\"}]" >/dev/null
+	wait_until 30 "$1 GPUs allocatable" test "$(kc get node "$NODE" -o jsonpath='{.status.allocatable.example\.com/gpu}')" = "$1"
+}
+
+# --- the overlay -----------------------------------------------------------
+
+# overlay NS OPTIONS-JSON < manifest JSON > manifest JSON: the changes the
+# header lists, by container and variable name, never by position.
+OVERLAY_PY='
+import json, sys
+ns, opts = sys.argv[1], json.loads(sys.argv[2])
+doc = json.load(sys.stdin)
+docs = doc["items"] if doc.get("kind") == "List" else [doc]
+
+def store(v):
+    assert v.startswith("s3://ckpt/"), v
+    return "s3://ckpt/" + ns + "/" + v[len("s3://ckpt/"):]
+
+def set_env(c, name, value):
+    for e in c.setdefault("env", []):
+        if e["name"] == name:
+            e.pop("valueFrom", None)
+            e["value"] = value
+            return
+    c["env"].append({"name": name, "value": value})
+
+def set_arg(args, flag, value):
+    if flag in args:
+        args[args.index(flag) + 1] = value
+    else:
+        args += [flag, value]
+
+for d in docs:
+    if d["kind"] == "Secret":
+        d["stringData"] = {"AWS_ACCESS_KEY_ID": opts["key"], "AWS_SECRET_ACCESS_KEY": opts["secret"]}
+        continue
+    if d["kind"] != "Job":
+        continue
+    spec = d["spec"]
+    pod = spec["template"]["spec"]
+    if "grace" in opts:
+        pod["terminationGracePeriodSeconds"] = opts["grace"]
+    for k in ("completionMode", "completions", "parallelism"):
+        if k in opts:
+            spec[k] = opts[k]
+    for c in pod.get("initContainers", []) + pod["containers"]:
+        c["imagePullPolicy"] = "Never"
+        if c["image"] == "lifeboat-example:dev":
+            c["image"] = opts["trainer_image"]
+        args = c.get("args", [])
+        if "--store" in args:
+            args[args.index("--store") + 1] = store(args[args.index("--store") + 1])
+        for e in c.get("env", []):
+            if e["name"] == "AWS_ENDPOINT_URL":
+                e["value"] = opts["endpoint"]
+            elif e["name"] == "LIFEBOAT_STORE":
+                e["value"] = store(e["value"])
+        r = c.get("resources")
+        if r:
+            if r.get("requests", {}).get("cpu"):
+                r["requests"]["cpu"] = "50m"
+            if r.get("requests", {}).get("memory"):
+                r["requests"]["memory"] = opts["memory"]
+            if r.get("limits", {}).get("memory"):
+                r["limits"]["memory"] = opts["memory"]
+        if c["name"] != "trainer":
+            continue
+        r = c.setdefault("resources", {})
+        r.setdefault("requests", {})["cpu"] = "100m"
+        r.setdefault("limits", {})["example.com/gpu"] = "1"
+        set_arg(args, "--steps", str(opts["steps"]))
+        set_arg(args, "--save-every", str(opts["save_every"]))
+        if "pad_mb" in opts:
+            set_arg(args, "--pad-mb", str(opts["pad_mb"]))
+        if "grace" in opts:
+            set_env(c, "LIFEBOAT_GRACE", "%ds" % opts["grace"])
+        for k, v in opts.get("env", {}).items():
+            set_env(c, k, v)
+        if "trainer_args" in opts:
+            args[:] = opts["trainer_args"] + args[args.index("train.py") + 1:]
+json.dump(doc, sys.stdout)
+'
+
+# apply_job NS FILE OPTIONS-JSON: applies deploy/k8s/FILE through the
+# overlay in namespace NS.
+apply_job() {
+	local ns=$1 file=$2 opts=$3
+	opts=$(python3 -c 'import json, sys
+o = {"trainer_image": sys.argv[1], "endpoint": sys.argv[2], "key": sys.argv[3], "secret": sys.argv[4],
+     "steps": 3000, "save_every": 200, "memory": "512Mi"}
+o.update(json.loads(sys.argv[5]))
+print(json.dumps(o))' "$TRAINER_IMAGE" "$ENDPOINT" "$MINIO_USER" "$MINIO_PASS" "$opts")
+	kc create ns "$ns" >/dev/null
+	kc label ns "$ns" lifeboat-e2e=1 >/dev/null
+	kc apply -n "$ns" -f deploy/k8s/rbac.yaml >/dev/null
+	kc patch --local -f deploy/k8s/secret.example.yaml --type=merge -p '{}' -o json |
+		python3 -c "$OVERLAY_PY" "$ns" "$opts" | kc apply -n "$ns" -f - >/dev/null
+	kc patch --local -f "deploy/k8s/$file" --type=merge -p '{}' -o json |
+		python3 -c "$OVERLAY_PY" "$ns" "$opts" >"$W/$ns-$file.json"
+	kc apply -n "$ns" -f "$W/$ns-$file.json" >/dev/null
+}
+
+# --- reading results -------------------------------------------------------
+
+# pods NS: the Job's pods, oldest first.
+pods() {
+	kc get pods -n "$1" -l batch.kubernetes.io/job-name --sort-by=.metadata.creationTimestamp \
+		-o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}'
+}
+
+# nth_pod NS N [INDEX]: the name of the Job's Nth pod (1-based), of one
+# completion index if given.
+nth_pod() {
+	local sel=batch.kubernetes.io/job-name
+	[ -n "${3:-}" ] && sel="batch.kubernetes.io/job-completion-index=$3"
+	kc get pods -n "$1" -l "$sel" --sort-by=.metadata.creationTimestamp \
+		-o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}' | sed -n "${2}p"
+}
+has_pod() { [ -n "$(nth_pod "$@")" ]; }
+
+# keep_logs hard-links every container log file of the kubelet's into
+# $W/keep, so a pod's output stays readable after the kubelet removes a
+# deleted pod's logs (a preempted pod is deleted once it has ended).
+keep_logs() {
+	local f k
+	for f in "$W"/pod-logs/*/*/*.log; do
+		[ -f "$f" ] || continue
+		k=$W/keep/${f#"$W"/pod-logs/}
+		[ -e "$k" ] && continue
+		mkdir -p "${k%/*}"
+		ln "$f" "$k" 2>/dev/null || true
+	done
+}
+keep_logs_loop() {
+	while :; do
+		keep_logs
+		sleep 0.3
+	done
+}
+
+# podlog NS POD CONTAINER: the container's output (stdout and stderr), from
+# the kubelet's log files.
+podlog() {
+	keep_logs
+	local f
+	for f in $(ls "$W/keep/${1}_${2}_"*/"$3"/ 2>/dev/null | sort -n); do
+		cat "$W/keep/${1}_${2}_"*/"$3/$f"
+	done | sed -E 's/^[^ ]+ (stdout|stderr) [FP] //'
+}
+log_has() { podlog "$1" "$2" "$3" | grep -Eq -- "$4"; }
+
+# last_field NS POD CONTAINER EVENT FIELD: FIELD of lifeboat's last EVENT
+# log line (numbers, booleans and strings).
+last_field() {
+	podlog "$1" "$2" "$3" | grep -F "\"msg\":\"$4\"" | tail -n 1 |
+		sed -n -E "s/.*\"$5\":\"?([^,\"}]*)\"?.*/\\1/p"
+}
+
+# watch_pods NS: records every change of the namespace's pods in
+# $W/NS.watch; pod() reads the last state of a pod from it, also after the
+# pod is gone.
+watch_pods() {
+	setsid "$K8S/kubectl" --kubeconfig "$W/admin.kubeconfig" get pods -n "$1" -w -o json --output-watch-events \
+		</dev/null >"$W/$1.watch" 2>&1 &
+	PIDS[watch-$1]=$!
+}
+POD_PY='
+import json, sys
+f, name, expr = sys.argv[1:4]
+text, dec, i, last = open(f).read(), json.JSONDecoder(), 0, None
+while True:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    if i >= len(text):
+        break
+    try:
+        ev, i = dec.raw_decode(text, i)
+    except ValueError:
+        break
+    o = ev.get("object", ev)
+    if o.get("metadata", {}).get("name") == name:
+        last = o
+def cs(p, c):
+    st = p.get("status", {})
+    for s in st.get("containerStatuses", []) + st.get("initContainerStatuses", []):
+        if s["name"] == c:
+            return s
+    return {}
+def term(p, c):
+    s = cs(p, c)
+    return s.get("state", {}).get("terminated") or s.get("lastState", {}).get("terminated") or {}
+def cond(p, t):
+    for c in p.get("status", {}).get("conditions", []):
+        if c["type"] == t:
+            return c
+    return {}
+if last is None:
+    sys.exit(1)
+v = eval(expr, {"p": last, "cs": cs, "term": term, "cond": cond})
+print("" if v is None else v)
+'
+# pod NS POD EXPR: EXPR (Python, over the pod p and the helpers cs, term,
+# cond) on the pod's last recorded state.
+pod() { python3 -c "$POD_PY" "$W/$1.watch" "$2" "$3"; }
+
+phase() { pod "$1" "$2" 'p["status"].get("phase")'; }
+phase_is() { [ "$(phase "$1" "$2")" = "$3" ]; }
+running() { [ "$(pod "$1" "$2" "bool(cs(p, \"$3\").get(\"state\", {}).get(\"running\"))")" = True ]; }
+terminated() { [ -n "$(pod "$1" "$2" "term(p, \"$3\").get(\"exitCode\")")" ]; }
+exit_code() { pod "$1" "$2" "term(p, \"$3\").get(\"exitCode\")"; }
+term_message() { pod "$1" "$2" "term(p, \"$3\").get(\"message\", \"\").strip()"; }
+condition() { pod "$1" "$2" "cond(p, \"$3\").get(\"$4\")"; }
+job_field() { kc get job -n "$1" "$2" -o jsonpath="{$3}"; }
+job_condition() { [ "$(kc get job -n "$1" "$2" -o jsonpath="{.status.conditions[?(@.type==\"$3\")].status}")" = True ]; }
+failed_count() { local n; n=$(job_field "$1" "$2" .status.failed); echo "${n:-0}"; }
+
+# newest NS STORE-PATH: "step id" of the complete checkpoint committed
+# last, from `lifeboat ls --json` (one id per rank: the first).
+newest() {
+	AWS_ACCESS_KEY_ID=$MINIO_USER AWS_SECRET_ACCESS_KEY=$MINIO_PASS AWS_ENDPOINT_URL=$ENDPOINT AWS_REGION=us-east-1 \
+		"$W/lifeboat" ls --store "s3://$BUCKET/$1/$2" --json | python3 -c '
+import json, sys
+c = [r for r in json.load(sys.stdin) if r["complete"]]
+c.sort(key=lambda r: r["created"])
+print("%d %s" % (c[-1]["step"], c[-1]["ids"][0]) if c else "none")'
+}
+
+# urgent NS NAME SECONDS [GPUS]: a pod of a higher priority class
+# (normal-experiments) that needs GPUS (1) and ends after SECONDS.
+urgent() {
+	kc apply -n "$1" -f - >/dev/null <<-EOF
+		apiVersion: v1
+		kind: Pod
+		metadata: {name: $2}
+		spec:
+		  restartPolicy: Never
+		  priorityClassName: normal-experiments
+		  terminationGracePeriodSeconds: 5
+		  containers:
+		  - name: urgent
+		    image: $TRAINER_IMAGE
+		    imagePullPolicy: Never
+		    command: [sleep, "$3"]
+		    resources:
+		      requests: {cpu: 10m}
+		      limits: {example.com/gpu: "${4:-1}"}
+	EOF
+}
+
+# new_ns NS: a namespace for one scenario, watched.
+new_ns() {
+	CURRENT=$1
+	log "[$1] $2"
+	watch_pods "$1"
+}
+
+# trainer_step NS POD: the step the trainer saved at its stop, from its
+# output (its own SIGTERM handler, or the helper's stop).
+trainer_step() {
+	podlog "$1" "$2" trainer | sed -n -E 's/^trainer: (SIGTERM|stop requested) at step ([0-9]+).*/\2/p' | tail -n 1
+}
+resumed_step() {
+	podlog "$1" "$2" trainer | sed -n -E 's/^trainer: resumed from .* at step ([0-9]+) .*/\1/p' | tail -n 1
+}
+trainer_started() { log_has "$1" "$2" trainer '^trainer: (resumed from|no checkpoint)'; }
+# line NS POD CONTAINER EVENT: the line number of lifeboat's last EVENT.
+line() { podlog "$1" "$2" "$3" | grep -n -F "\"msg\":\"$4\"" | tail -n 1 | cut -d: -f1; }
+
+# check_rbac NS: the ServiceAccount may do exactly what rbac.yaml says.
+check_rbac() {
+	local sa=system:serviceaccount:$1:lifeboat want verb res
+	for want in "yes create events" "yes create events.events.k8s.io" "yes get pods" "yes patch pods" \
+		"no delete pods" "no list pods" "no update pods" "no get secrets" "no create pods"; do
+		read -r want verb res <<<"$want"
+		expect "[$1] ServiceAccount lifeboat: $verb $res" "$(kc auth can-i --as "$sa" -n "$1" "$verb" "$res" 2>/dev/null)" "$want"
+	done
+}
+
+# --- scenarios -------------------------------------------------------------
+
+# preempt NS FILE KIND: a, b1, b2. KIND is run (job.yaml: lifeboat run
+# uploads and restores), sidecar (job-sidecar.yaml) or init
+# (job-init-restore.yaml). The trainer commits, an urgent pod preempts it,
+# and the replacement resumes from the committed step once the GPU is free.
+preempt() {
+	local ns=$1 file=$2 kind=$3 job prefix up=trainer rs=trainer
+	case $kind in
+	sidecar) up=uploader rs=restore ;;
+	init) rs=restore ;;
+	esac
+	gpus 1
+	apply_job "$ns" "$file" '{}'
+	job=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["metadata"]["name"])' "$W/$ns-$file.json")
+	prefix=$job
+	wait_until 60 "the first pod" has_pod "$ns" 1 || die "[$ns] the Job made no pod"
+	local p1 p2
+	p1=$(nth_pod "$ns" 1)
+	if ! wait_until 120 "a commit" log_has "$ns" "$p1" "$up" '"msg":"checkpoint.committed"'; then
+		die "[$ns] $p1 committed no checkpoint"
+	fi
+	pass "[$ns] $p1 trains and committed step $(last_field "$ns" "$p1" "$up" checkpoint.committed step)"
+	local t0=$SECONDS
+	urgent "$ns" urgent 20
+	wait_until 150 "$p1 to end" terminated "$ns" "$p1" trainer || die "[$ns] $p1 did not end after the preemption"
+	log "[$ns] $p1 ended $((SECONDS - t0))s after the urgent pod was created"
+	expect "[$ns] $p1 DisruptionTarget" "$(condition "$ns" "$p1" DisruptionTarget status)/$(condition "$ns" "$p1" DisruptionTarget reason)" True/PreemptionByScheduler
+	expect "[$ns] $p1 trainer exit code" "$(exit_code "$ns" "$p1" trainer)" 143
+	expect "[$ns] lifeboat exited by itself (supervisor.exit)" "$(last_field "$ns" "$p1" trainer supervisor.exit code)" 143
+	local msg
+	msg=$(term_message "$ns" "$p1" trainer)
+	if [ -n "$msg" ]; then pass "[$ns] termination message: $msg"; else fail "[$ns] $p1 has no termination message"; fi
+	local step committed_step committed_id
+	step=$(trainer_step "$ns" "$p1")
+	[ -n "$step" ] || die "[$ns] the trainer did not save at the stop"
+	pass "[$ns] the trainer saved at the stop, at step $step"
+	if [ "$kind" = sidecar ]; then
+		wait_until 60 "the sidecar to end" terminated "$ns" "$p1" uploader || fail "[$ns] the sidecar did not end"
+		local stopping
+		stopping=$(line "$ns" "$p1" uploader sidecar.stopping)
+		[ -n "$stopping" ] && pass "[$ns] the sidecar was stopped after the trainer (sidecar.stopping)" || fail "[$ns] no sidecar.stopping"
+	else
+		local stopping committed
+		stopping=$(line "$ns" "$p1" trainer supervisor.stopping)
+		committed=$(line "$ns" "$p1" trainer checkpoint.committed)
+		if [ -n "$stopping" ] && [ -n "$committed" ] && ((committed > stopping)); then
+			pass "[$ns] the save at the stop was committed before lifeboat exited"
+		else
+			fail "[$ns] no checkpoint.committed after supervisor.stopping"
+		fi
+	fi
+	committed_step=$(last_field "$ns" "$p1" "$up" checkpoint.committed step)
+	committed_id=$(last_field "$ns" "$p1" "$up" checkpoint.committed id)
+	# With the helper the trainer names the step it saves at the stop.
+	[ "$kind" = run ] || expect "[$ns] the step saved at the stop is the one committed" "$committed_step" "$step"
+	expect "[$ns] the store's newest complete checkpoint (lifeboat ls) is the last one committed" \
+		"$(newest "$ns" "$prefix")" "$committed_step $committed_id"
+	expect "[$ns] Job failures counted" "$(failed_count "$ns" "$job")" 0
+
+	wait_until 60 "a replacement pod" has_pod "$ns" 2 || die "[$ns] the Job made no replacement"
+	p2=$(nth_pod "$ns" 2)
+	wait_until 60 "the urgent pod to run" phase_is "$ns" urgent Running || fail "[$ns] the urgent pod did not run"
+	expect "[$ns] $p2 waits while the urgent pod holds the GPU" \
+		"$(phase "$ns" "$p2")/$(condition "$ns" "$p2" PodScheduled reason)" Pending/Unschedulable
+	wait_until 90 "the urgent pod to end" phase_is "$ns" urgent Succeeded || fail "[$ns] the urgent pod did not end"
+	wait_until 120 "$p2's trainer to start" trainer_started "$ns" "$p2" || die "[$ns] $p2's trainer did not start"
+	expect "[$ns] $p2 restored the committed checkpoint (resume.restored step id)" \
+		"$(last_field "$ns" "$p2" "$rs" resume.restored step) $(last_field "$ns" "$p2" "$rs" resume.restored id)" "$committed_step $committed_id"
+	expect "[$ns] $p2's trainer resumed at the step saved at the stop" "$(resumed_step "$ns" "$p2")" "$step"
+	wait_until 240 "the Job to complete" job_condition "$ns" "$job" Complete || die "[$ns] the Job did not complete"
+	pass "[$ns] the Job completed"
+	expect "[$ns] Job failures counted" "$(failed_count "$ns" "$job")" 0
+	expect "[$ns] pods the Job made" "$(pods "$ns" | wc -l)" 2
+}
+
+# config_error: d. A bad flag value fails the Job at once.
+config_error() {
+	local ns=sc-d
+	gpus 1
+	apply_job "$ns" job.yaml '{"env": {"LIFEBOAT_WORKERS": "-5"}}'
+	wait_until 60 "the first pod" has_pod "$ns" 1 || die "[$ns] the Job made no pod"
+	local p1
+	p1=$(nth_pod "$ns" 1)
+	wait_until 90 "the Job to fail" job_condition "$ns" train-example Failed || die "[$ns] the Job did not fail"
+	expect "[$ns] $p1 trainer exit code" "$(exit_code "$ns" "$p1" trainer)" 2
+	expect "[$ns] Job failure reason" "$(kc get job -n "$ns" train-example -o jsonpath='{.status.conditions[?(@.type=="Failed")].reason}')" PodFailurePolicy
+	if podlog "$ns" "$p1" trainer | grep -q -- '--workers (LIFEBOAT_WORKERS)'; then
+		pass "[$ns] lifeboat named the flag: $(podlog "$ns" "$p1" trainer | grep -- '--workers (LIFEBOAT_WORKERS)' | head -n 1)"
+	else
+		fail "[$ns] lifeboat's output does not name --workers (LIFEBOAT_WORKERS)"
+	fi
+	sleep 3
+	expect "[$ns] pods the Job made (no retry)" "$(pods "$ns" | wc -l)" 1
+	expect "[$ns] the store is untouched" "$(newest "$ns" train-example)" none
+}
+
+# SLOW_SAVE wraps train.py so that its SIGTERM save never finishes: it
+# writes the start of backup/latest.pdparams, keeps it open and sleeps.
+SLOW_SAVE='
+import os, sys, time, train
+orig = train.save
+def save(model, path, name, pad):
+    if name != "latest":
+        return orig(model, path, name, pad)
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "latest.pdparams"), "wb") as f:
+        f.write(b"\x80\x04\x95")
+        f.flush()
+        print("trainer: SIGTERM at step %d: saving, slowly" % model.step, flush=True)
+        time.sleep(3600)
+train.save = save
+sys.exit(train.main(sys.argv[1:]))
+'
+
+# slow_save: e. The save at the stop outlives the grace period.
+slow_save() {
+	local ns=sc-e
+	gpus 1
+	apply_job "$ns" job.yaml "$(python3 -c 'import json,sys; print(json.dumps({"grace": 15, "trainer_args": ["python", "-c", sys.argv[1]]}))' "$SLOW_SAVE")"
+	wait_until 60 "the first pod" has_pod "$ns" 1 || die "[$ns] the Job made no pod"
+	local p1 p2
+	p1=$(nth_pod "$ns" 1)
+	wait_until 120 "a commit" log_has "$ns" "$p1" trainer '"msg":"checkpoint.committed"' || die "[$ns] $p1 committed no checkpoint"
+	urgent "$ns" urgent 5
+	wait_until 90 "$p1 to end" terminated "$ns" "$p1" trainer || die "[$ns] $p1 did not end"
+	expect "[$ns] $p1 DisruptionTarget" "$(condition "$ns" "$p1" DisruptionTarget reason)" PreemptionByScheduler
+	log_has "$ns" "$p1" trainer '^trainer: SIGTERM at step [0-9]+: saving, slowly' &&
+		pass "[$ns] the trainer began its save at the stop" || fail "[$ns] the trainer did not begin a save"
+	expect "[$ns] the trainer was SIGKILLed at lifeboat's deadline (exit code)" "$(exit_code "$ns" "$p1" trainer)" 137
+	log_has "$ns" "$p1" trainer '"msg":"checkpoint.interrupted"' &&
+		pass "[$ns] lifeboat reported the cut-short save (checkpoint.interrupted)" || fail "[$ns] no checkpoint.interrupted"
+	local committed_step committed_id
+	committed_step=$(last_field "$ns" "$p1" trainer checkpoint.committed step)
+	committed_id=$(last_field "$ns" "$p1" trainer checkpoint.committed id)
+	expect "[$ns] the store's newest checkpoint is the last committed before the stop" "$(newest "$ns" train-example)" "$committed_step $committed_id"
+	expect "[$ns] Job failures counted" "$(failed_count "$ns" train-example)" 0
+	wait_until 90 "a replacement pod" has_pod "$ns" 2 || die "[$ns] the Job made no replacement"
+	p2=$(nth_pod "$ns" 2)
+	wait_until 120 "$p2's trainer to start" trainer_started "$ns" "$p2" || die "[$ns] $p2's trainer did not start"
+	expect "[$ns] $p2 restored the previous committed checkpoint" \
+		"$(last_field "$ns" "$p2" trainer resume.restored step) $(last_field "$ns" "$p2" trainer resume.restored id)" "$committed_step $committed_id"
+	expect "[$ns] $p2's trainer resumed at that step" "$(resumed_step "$ns" "$p2")" "$committed_step"
+	kc delete job -n "$ns" train-example --wait=false >/dev/null
+}
+
+# ranks: f. An Indexed Job of two pods; one is preempted, the other stops
+# through the store; both resume one step.
+ranks() {
+	local ns=sc-f
+	gpus 2
+	apply_job "$ns" job.yaml '{"completionMode": "Indexed", "completions": 2, "parallelism": 2, "steps": 4000, "env": {"LIFEBOAT_WORLD_SIZE": "2"}}'
+	wait_until 60 "two pods" has_pod "$ns" 1 1 || die "[$ns] the Job made no pods"
+	wait_until 60 "two pods" has_pod "$ns" 1 0 || die "[$ns] the Job made one pod"
+	local r0 r1
+	r0=$(nth_pod "$ns" 1 0)
+	r1=$(nth_pod "$ns" 1 1)
+	both_committed() { log_has "$ns" "$r0" trainer '"msg":"checkpoint.committed"' && log_has "$ns" "$r1" trainer '"msg":"checkpoint.committed"'; }
+	wait_until 120 "both ranks to commit" both_committed || die "[$ns] the ranks committed nothing"
+	urgent "$ns" urgent 15
+	wait_until 120 "both ranks to end" eval 'terminated "$ns" "$r0" trainer && terminated "$ns" "$r1" trainer' || die "[$ns] the ranks did not both end"
+	local victim other
+	if [ "$(condition "$ns" "$r0" DisruptionTarget reason)" = PreemptionByScheduler ]; then victim=$r0 other=$r1; else victim=$r1 other=$r0; fi
+	expect "[$ns] one rank preempted" "$(condition "$ns" "$victim" DisruptionTarget reason)" PreemptionByScheduler
+	expect "[$ns] the preempted rank's exit code" "$(exit_code "$ns" "$victim" trainer)" 143
+	log_has "$ns" "$other" trainer '"msg":"coord.stop_seen"' &&
+		pass "[$ns] the other rank saw the stop in the store (coord.stop_seen)" || fail "[$ns] no coord.stop_seen on $other"
+	expect "[$ns] the other rank's exit code" "$(exit_code "$ns" "$other" trainer)" 143
+	expect "[$ns] Job failures counted" "$(failed_count "$ns" train-example)" 0
+	local n0 n1
+	wait_until 150 "both ranks' replacements to start" eval 'has_pod "$ns" 2 0 && has_pod "$ns" 2 1 && trainer_started "$ns" "$(nth_pod "$ns" 2 0)" && trainer_started "$ns" "$(nth_pod "$ns" 2 1)"' ||
+		die "[$ns] the replacements did not both start"
+	n0=$(nth_pod "$ns" 2 0)
+	n1=$(nth_pod "$ns" 2 1)
+	local s0 s1
+	s0="$(last_field "$ns" "$n0" trainer resume.restored step) $(resumed_step "$ns" "$n0")"
+	s1="$(last_field "$ns" "$n1" trainer resume.restored step) $(resumed_step "$ns" "$n1")"
+	[ "$s0" != " " ] || fail "[$ns] rank 0 restored nothing"
+	expect "[$ns] both ranks resumed one step (restored step, trainer step)" "$s1" "$s0"
+	expect "[$ns] the trainer resumed at the restored step" "${s0#* }" "${s0%% *}"
+	wait_until 300 "the Job to complete" job_condition "$ns" train-example Complete || die "[$ns] the Job did not complete"
+	pass "[$ns] the Job completed"
+	expect "[$ns] Job failures counted" "$(failed_count "$ns" train-example)" 0
+}
+
+# restoring: c. The replacement is preempted while it restores.
+restoring() {
+	local ns=sc-c
+	gpus 1
+	apply_job "$ns" job.yaml '{"pad_mb": 24, "steps": 2500, "save_every": 250}'
+	wait_until 60 "the first pod" has_pod "$ns" 1 || die "[$ns] the Job made no pod"
+	local p1 p2 p3
+	p1=$(nth_pod "$ns" 1)
+	wait_until 120 "a commit" log_has "$ns" "$p1" trainer '"msg":"checkpoint.committed"' || die "[$ns] $p1 committed no checkpoint"
+	urgent "$ns" urgent 3
+	wait_until 120 "$p1 to end" terminated "$ns" "$p1" trainer || die "[$ns] $p1 did not end"
+	expect "[$ns] $p1 trainer exit code" "$(exit_code "$ns" "$p1" trainer)" 143
+	local committed_step committed_id
+	committed_step=$(last_field "$ns" "$p1" trainer checkpoint.committed step)
+	committed_id=$(last_field "$ns" "$p1" trainer checkpoint.committed id)
+	# From the store to the pods at 2 Mbit/s: the next restore takes a while.
+	tc qdisc add dev "$BRIDGE" root tbf rate 2mbit burst 32kbit latency 1s
+	wait_until 60 "a replacement pod" has_pod "$ns" 2 || die "[$ns] the Job made no replacement"
+	p2=$(nth_pod "$ns" 2)
+	wait_until 120 "$p2 to restore" log_has "$ns" "$p2" trainer '"msg":"resume.progress"' || die "[$ns] $p2 did not start restoring"
+	pass "[$ns] $p2 is restoring ($(podlog "$ns" "$p2" trainer | grep -F '"msg":"resume.progress"' | tail -n 1 | cut -c1-160))"
+	urgent "$ns" urgent2 5
+	wait_until 120 "$p2 to end" terminated "$ns" "$p2" trainer || die "[$ns] $p2 did not end"
+	tc qdisc del dev "$BRIDGE" root
+	expect "[$ns] $p2 DisruptionTarget" "$(condition "$ns" "$p2" DisruptionTarget reason)" PreemptionByScheduler
+	expect "[$ns] $p2 exit code" "$(exit_code "$ns" "$p2" trainer)" 143
+	expect "[$ns] $p2 stopped during its restore" "$(last_field "$ns" "$p2" trainer lifeboat.stopped_during_startup phase)" "store open and restore"
+	log_has "$ns" "$p2" trainer '^trainer:' && fail "[$ns] $p2's trainer started" || pass "[$ns] $p2's trainer never started"
+	expect "[$ns] the store still has the committed checkpoint as newest" "$(newest "$ns" train-example)" "$committed_step $committed_id"
+	expect "[$ns] Job failures counted" "$(failed_count "$ns" train-example)" 0
+	wait_until 90 "a third pod" has_pod "$ns" 3 || die "[$ns] the Job made no third pod"
+	p3=$(nth_pod "$ns" 3)
+	wait_until 120 "$p3's trainer to start" trainer_started "$ns" "$p3" || die "[$ns] $p3's trainer did not start"
+	expect "[$ns] $p3 restored the committed checkpoint" \
+		"$(last_field "$ns" "$p3" trainer resume.restored step) $(last_field "$ns" "$p3" trainer resume.restored id)" "$committed_step $committed_id"
+	kc delete job -n "$ns" train-example --wait=false >/dev/null
+}
+
+# --- main ------------------------------------------------------------------
+
+t0=$SECONDS
+images
+log "images ready in $((SECONDS - t0))s"
+t0=$SECONDS
+pki
+bridge_up
+containerd_up
+minio_up
+control_plane_up
+kubelet_up
+keep_logs_loop &
+PIDS[keep-logs]=$!
+kc apply -f deploy/k8s/priorityclasses.yaml >/dev/null
+log "cluster up in $((SECONDS - t0))s"
+pass "one-node cluster up (node $NODE Ready) in $((SECONDS - t0))s"
+
+for sc in "${SCENARIOS[@]}"; do
+	t0=$SECONDS
+	case $sc in
+	a)
+		new_ns sc-a "job.yaml: preempted, commits, resumes"
+		preempt sc-a job.yaml run
+		check_rbac sc-a
+		;;
+	b1)
+		new_ns sc-b1 "job-sidecar.yaml: preempted, the sidecar commits, resumes"
+		preempt sc-b1 job-sidecar.yaml sidecar
+		;;
+	b2)
+		new_ns sc-b2 "job-init-restore.yaml: preempted, commits, the init container restores"
+		preempt sc-b2 job-init-restore.yaml init
+		;;
+	c)
+		new_ns sc-c "preempted while restoring"
+		restoring
+		;;
+	d)
+		new_ns sc-d "a bad flag value fails the Job at once"
+		config_error
+		;;
+	e)
+		new_ns sc-e "a save that outlives the grace period"
+		slow_save
+		;;
+	f)
+		new_ns sc-f "an Indexed Job of two ranks, one preempted"
+		ranks
+		;;
+	*) die "unknown scenario $sc" ;;
+	esac
+	log "[$sc] took $((SECONDS - t0))s"
+	# The next scenario starts on a free GPU.
+	kc delete ns "$CURRENT" --wait=false >/dev/null
+	kc delete pods -n "$CURRENT" --all --grace-period=0 --force >/dev/null 2>&1 || true
+	wait_until 60 "$CURRENT's pods to go" eval '[ -z "$(kc get pods -n "$CURRENT" -o name 2>/dev/null)" ]' || true
+done
+log "total $((SECONDS - t_all))s"
