@@ -110,9 +110,10 @@ func (c *Recorder) Committed(step, bytes int64, seconds float64, saved time.Time
 }
 
 // Restored records that step was restored before the trainer (re)started:
-// from "store" in seconds, "local" (a newer checkpoint already in the
-// directory was kept) or "init" (by an init container). Work is at risk
-// from now.
+// from "store" in seconds (0: not measured), "local" (a newer checkpoint
+// already in the directory was kept) or "init" (by an init container,
+// whose own lifeboat restore sent the event: only the annotations are
+// set). Work is at risk from now.
 func (c *Recorder) Restored(step int64, source string, seconds float64) {
 	if c == nil {
 		return
@@ -125,12 +126,15 @@ func (c *Recorder) Restored(step int64, source string, seconds float64) {
 	c.r.Annotate(a)
 	var msg string
 	switch source {
+	case "init":
+		return // the init container's lifeboat restore said so
 	case "local":
 		msg = fmt.Sprintf("resumed step %d from a newer checkpoint already in the directory (kept, and uploaded)", step)
-	case "init":
-		msg = fmt.Sprintf("resumed step %d, restored by the init container", step)
 	default:
-		msg = fmt.Sprintf("restored step %d from the store in %s", step, secs(seconds))
+		msg = fmt.Sprintf("restored step %d from the store", step)
+		if seconds > 0 {
+			msg += " in " + secs(seconds)
+		}
 	}
 	c.r.Event(Event{Type: Normal, Reason: ReasonRestored, Message: msg, At: now})
 }

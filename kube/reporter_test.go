@@ -235,7 +235,7 @@ func TestUploadFailingIsRateLimited(t *testing.T) {
 		advance(30 * time.Second)
 	}
 	rec.Committed(10, 1, 1, time.Time{}, false) // another reason is not limited
-	advance(2 * time.Minute) // 4 min after the first
+	advance(2 * time.Minute)                    // 4 min after the first
 	rec.UploadFailed(20, "connection reset")
 	waitFor(t, "two events", func() bool { return len(f.requests(http.MethodPost, "/events")) == 2 })
 	posts := f.requests(http.MethodPost, "/events")

@@ -17,6 +17,7 @@ import (
 // runOptions are the flags of `lifeboat run`.
 type runOptions struct {
 	grace           time.Duration
+	graceAuto       bool // --grace auto: the pod's terminationGracePeriodSeconds
 	stopSignals     string
 	rewrite         listFlag
 	childOnly       bool
@@ -37,12 +38,13 @@ type runOptions struct {
 	memory     memoryOptions
 	gpu        gpuOptions
 	coord      coordOptions
+	kube       kubeOptions
 }
 
 func newRunFlags(o *runOptions, w io.Writer) *flag.FlagSet {
 	fs := newFlagSet("run", w)
-	fs.DurationVar(&o.grace, "grace", supervisor.DefaultGrace,
-		"budget from the first stop signal until everything left is SIGKILLed; match terminationGracePeriodSeconds")
+	graceVar(fs, &o.grace, &o.graceAuto,
+		"budget from the first stop signal until everything left is SIGKILLed; match terminationGracePeriodSeconds, or auto to read it from the pod")
 	fs.StringVar(&o.stopSignals, "stop-signals", "TERM,INT", "signals that start the grace deadline (comma-separated)")
 	fs.Var(&o.rewrite, "rewrite", "deliver another signal than the one received, FROM:TO (repeatable), e.g. TERM:USR1")
 	fs.BoolVar(&o.childOnly, "signal-child-only", false, "send signals to the direct child only, not its process group")
@@ -63,6 +65,7 @@ func newRunFlags(o *runOptions, w io.Writer) *flag.FlagSet {
 	o.gpu.register(fs)
 	o.gpu.registerWatchdog(fs)
 	o.coord.register(fs)
+	o.kube.register(fs, true)
 	fs.Usage = flagUsage(fs, w, "lifeboat run [flags] -- CMD [ARG...]")
 	return fs
 }
@@ -189,6 +192,9 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptio
 	if cfg.Env == nil {
 		cfg.Env = os.Environ()
 	}
+	o.kube.start(ctx, cfg.Log, o.graceAuto, &cfg.Grace)
+	defer o.kube.close()
+	o.kube.watch(p)
 	if p != nil {
 		cfg.Env = supervisor.MergeEnv(cfg.Env, p.env)
 	}
@@ -251,6 +257,7 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptio
 		go p.agent.Run(bg)
 		go feedMetrics(bg, m, p, time.Second)
 	}
+	o.kube.wire(&cfg)
 	m.SetReady(true)
 	cfg.Signals = startup.handOff()
 	return js.exit(supervisor.Run(ctx, cfg), cfg)

@@ -20,6 +20,7 @@ type sidecarOptions struct {
 	observe    observeOptions
 	grace      time.Duration
 	flushWait  time.Duration
+	kube       kubeOptions
 }
 
 func sidecarCmd(ctx context.Context, args []string, stderr io.Writer) int {
@@ -30,6 +31,7 @@ func sidecarCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	o.checkpoint.register(fs)
 	o.ranks.register(fs)
 	o.observe.register(fs, false)
+	o.kube.register(fs, true)
 	fs.DurationVar(&o.grace, "grace", supervisor.DefaultGrace, "the pod's terminationGracePeriodSeconds: the final upload must end within it")
 	fs.DurationVar(&o.flushWait, "flush-wait", 0,
 		"after SIGTERM, keep watching this long for the trainer's last checkpoint before the final upload (0 for a native sidecar, which Kubernetes stops after the trainer)")
@@ -76,6 +78,9 @@ func sidecarCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lifeboat sidecar: %v\n", err)
 		return supervisor.CodeInternal
 	}
+	o.kube.start(ctx, log, false, nil)
+	defer o.kube.close()
+	o.kube.watch(p)
 	done := make(chan struct{})
 	go func() { p.agent.Run(agentCtx); close(done) }()
 	go feedMetrics(agentCtx, m, p, time.Second)
@@ -87,6 +92,7 @@ func sidecarCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	case <-ctx.Done():
 	}
 	stopAt := time.Now()
+	o.kube.stopping(stopAt, stopAt.Add(o.grace))
 	log.Info("sidecar.stopping", "signal", fmt.Sprint(sig), "flush_wait", o.flushWait.String(), "grace", o.grace.String())
 	if o.flushWait > 0 {
 		time.Sleep(o.flushWait)
@@ -95,6 +101,7 @@ func sidecarCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	defer fcancel()
 	err = p.agent.Flush(fctx)
 	<-done
+	o.kube.flushed(true, err)
 	if err != nil {
 		log.Error("sidecar.final_upload_failed", "err", err)
 		return supervisor.CodeFlushFailed
