@@ -23,6 +23,7 @@ type restoreOptions struct {
 	step         int64
 	workers      int
 	interval     time.Duration
+	kube         kubeOptions
 }
 
 func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -31,6 +32,7 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	o.common.register(fs)
 	o.store.register(fs)
 	o.ranks.register(fs)
+	o.kube.register(fs, false)
 	fs.StringVar(&o.dir, "dir", "", "directory to restore into (the trainer's checkpoint directory)")
 	fs.Int64Var(&o.step, "step", -1, "restore this step instead of the newest complete one")
 	fs.StringVar(&o.restoreRanks, "restore-ranks", "own", restoreRanksUsage)
@@ -81,6 +83,7 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "lifeboat restore: %v\n", err)
 		return 1
 	}
+	t0 := time.Now()
 	if o.step >= 0 {
 		pr := newProgress(stderr, log, o.interval)
 		ws := o.ranks.worldSize
@@ -97,6 +100,7 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return 1
 		}
 		fmt.Fprintf(stdout, "restored step %d (%d files, %d bytes) into %s\n", res.Step, res.Files, res.Bytes, res.Dir)
+		o.kube.restored(ctx, log, res.Step, time.Since(t0).Seconds())
 		return 0
 	}
 	r, err := restoreLatestEvery(ctx, s, o.dir, o.ranks, o.workers, all, log, stderr, o.interval)
@@ -112,5 +116,6 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 0
 	}
 	fmt.Fprintf(stdout, "restored step %s (id %s) into %s\n", strconv.FormatInt(r.Step, 10), r.ID, r.Dir)
+	o.kube.restored(ctx, log, r.Step, time.Since(t0).Seconds())
 	return 0
 }
