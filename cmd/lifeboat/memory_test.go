@@ -64,6 +64,74 @@ func TestOOMKillsTheTrainerNotLifeboat(t *testing.T) {
 	}
 }
 
+// TestOOMScoreUnprivileged runs lifeboat as nobody (as in an unprivileged
+// pod: it cannot write the memory cgroup it is in) inside a 200 MiB memory
+// cgroup the test makes. The trainer cannot get its own cgroup, so it
+// starts with oom_score_adj 1000; allocating past the limit, it is the
+// OOM killer's choice, and lifeboat survives to say so, write the
+// termination log and exit 137. It needs root to make the cgroup, the
+// cgroup v1 memory hierarchy, setpriv and /usr/bin/python3.
+func TestOOMScoreUnprivileged(t *testing.T) {
+	testenv.RequireRoot(t)
+	root := "/sys/fs/cgroup/memory"
+	if _, err := os.Stat(filepath.Join(root, "memory.limit_in_bytes")); err != nil {
+		testenv.Skip(t, "no cgroup v1 memory hierarchy at "+root)
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		testenv.Skip(t, "no setpriv")
+	}
+	const python = "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		testenv.Skip(t, "no "+python)
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	cg := filepath.Join(root, "lifeboat-oomscore-"+hex.EncodeToString(b))
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		testenv.Skip(t, "cannot create a memory cgroup: "+err.Error())
+	}
+	t.Cleanup(func() { _ = os.Remove(cg) })
+	if err := os.WriteFile(filepath.Join(cg, "memory.limit_in_bytes"), []byte("209715200"), 0o644); err != nil {
+		t.Fatalf("set the test cgroup's limit: %v", err)
+	}
+	// A directory nobody can use, with a copy of the binary.
+	dir, err := os.MkdirTemp("", "lifeboat-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "lifeboat")
+	data, err := os.ReadFile(lifeboatBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tlog := filepath.Join(dir, "termination-log")
+	cmd := exec.Command("sh", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, cg,
+		setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+		bin, "run", "--memory-cgroup", "on", "--termination-log", tlog,
+		"--", python, "-c", "print('adj', open('/proc/self/oom_score_adj').read().strip(), flush=True); b = bytearray(400 << 20)")
+	cmd.Dir = dir
+	out, _ := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != 137 {
+		t.Fatalf("exit %d, want 137 (the trainer OOM-killed, lifeboat alive to report it); output:\n%s", code, out)
+	}
+	for _, want := range []string{"adj 1000\n", `"msg":"memory.unavailable"`, `"msg":"memory.oom_score"`, `"msg":"supervisor.oom_killed"`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("no %q in the output:\n%s", want, out)
+		}
+	}
+	if b, _ := os.ReadFile(tlog); !strings.Contains(string(b), "killed by the kernel's OOM killer") || !strings.Contains(string(b), "oom_score_adj 1000") || !strings.Contains(string(b), "exit code 137") {
+		t.Errorf("termination log %q does not say the trainer was OOM-killed", b)
+	}
+}
+
 // TestMemoryCgroupFlags: bad values are usage errors; off and auto (not
 // PID 1) leave cgroups alone.
 func TestMemoryCgroupFlags(t *testing.T) {
@@ -74,6 +142,7 @@ func TestMemoryCgroupFlags(t *testing.T) {
 	}{
 		{[]string{"run", "--memory-cgroup", "maybe", "--", "true"}, 2, "--memory-cgroup (LIFEBOAT_MEMORY_CGROUP)"},
 		{[]string{"run", "--memory-cgroup", "on", "--memory-reserve", "lots", "--", "true"}, 2, "--memory-reserve (LIFEBOAT_MEMORY_RESERVE)"},
+		{[]string{"run", "--trainer-oom-score-adj", "1001", "--", "true"}, 2, "--trainer-oom-score-adj (LIFEBOAT_TRAINER_OOM_SCORE_ADJ)"},
 		{[]string{"run", "--memory-cgroup", "off", "--", "true"}, 0, ""},
 		{[]string{"run", "--", "true"}, 0, ""},
 	} {

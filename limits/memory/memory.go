@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -37,23 +38,38 @@ type Config struct {
 	Reserve int64
 	// Log receives the OOM kill reports and warnings. Default: discard.
 	Log *slog.Logger
+	// OOMScoreAdj is the trainer's oom_score_adj where its cgroup cannot be
+	// made (Protect): the kernel's OOM killer then prefers the trainer to
+	// lifeboat within the container's cgroup. 0 leaves the trainer with
+	// lifeboat's own value. At most 1000.
+	OOMScoreAdj int
 }
 
 // Plan is what New found and what Setup does, for `lifeboat doctor` and the
 // start-up log.
 type Plan struct {
-	Mode      Mode
-	Available bool   // Setup can create the trainer's cgroup
-	Reason    string // why not, when !Available
-	ReadOnly  bool   // cgroupfs is read-only here
+	Mode      Mode   `json:"mode"`
+	Available bool   `json:"available"`        // Setup can create the trainer's cgroup
+	Reason    string `json:"reason,omitempty"` // why not, when !Available
+	ReadOnly  bool   `json:"read_only"`        // cgroupfs is read-only here
 
-	Cgroup         string // lifeboat's cgroup directory, split by Setup
-	LifeboatCgroup string // the leaf lifeboat moves into
-	TrainerCgroup  string // the leaf the trainer starts in
+	Cgroup         string `json:"cgroup,omitempty"`          // lifeboat's cgroup directory, split by Setup
+	LifeboatCgroup string `json:"lifeboat_cgroup,omitempty"` // the leaf lifeboat moves into
+	TrainerCgroup  string `json:"trainer_cgroup,omitempty"`  // the leaf the trainer starts in
 
-	ContainerLimit int64 // bytes; 0: no limit
-	TrainerLimit   int64 // ContainerLimit - Reserve; 0: no limit
-	Reserve        int64
+	ContainerLimit int64 `json:"container_limit"` // bytes; 0: no limit
+	TrainerLimit   int64 `json:"trainer_limit"`   // ContainerLimit - Reserve; 0: no limit
+	Reserve        int64 `json:"reserve"`
+
+	// OOMGroup is cgroup v2's memory.oom.group=1 on lifeboat's cgroup (the
+	// kubelet sets it on every container unless singleProcessOOMKill is
+	// on): an OOM kill there kills every process of the cgroup, lifeboat
+	// too, whatever oom_score_adj says. Only the trainer's own cgroup
+	// (Setup) keeps lifeboat out of it.
+	OOMGroup bool `json:"oom_group"`
+	// OOMCounter is the file of lifeboat's own cgroup that counts its OOM
+	// kills (v1 memory.oom_control, v2 memory.events), read by Protect.
+	OOMCounter string `json:"oom_counter,omitempty"`
 }
 
 // String is one line for a log or `lifeboat doctor`.
@@ -86,9 +102,10 @@ type Manager struct {
 	plan Plan
 	lay  layout
 
-	mu sync.Mutex // serializes Setup, Spawn and Close
-	b  backend    // nil unless Setup succeeded and Close has not run
-	w  *watcher
+	mu    sync.Mutex // serializes Setup, Protect, Spawn and Close
+	b     backend    // nil unless Setup succeeded and Close has not run
+	w     *watcher
+	score *oomScore // set by Protect
 }
 
 // New inspects lifeboat's cgroup: which hierarchy holds the memory
@@ -150,6 +167,14 @@ func inspect(cfg Config) (Plan, layout) {
 	}
 	if p.ContainerLimit > 0 {
 		p.TrainerLimit = max(p.ContainerLimit-cfg.Reserve, 0)
+	}
+	if lay.mode.v1() {
+		p.OOMCounter = filepath.Join(lay.dir, "memory.oom_control")
+	} else {
+		p.OOMCounter = filepath.Join(lay.dir, "memory.events")
+		if b, err := os.ReadFile(filepath.Join(lay.dir, "memory.oom.group")); err == nil && strings.TrimSpace(string(b)) == "1" {
+			p.OOMGroup = true
+		}
 	}
 	switch {
 	case lay.mode.v1() && filepath.Base(lay.mount) != "memory":
@@ -237,6 +262,8 @@ func denied(err error) bool {
 // with lifeboat moved into the trainer's cgroup for the duration, so the
 // child is in that cgroup from its first instruction (a child inherits its
 // parent's cgroup at fork); lifeboat then moves back into its own leaf.
+// After Protect instead, lifeboat's own oom_score_adj is raised to the
+// trainer's for the duration, for the same reason (see Protect).
 //
 // Spawn holds the Manager's lock throughout: while lifeboat is in the
 // trainer's cgroup, anything else it forks lands there too, so start must
@@ -248,6 +275,9 @@ func denied(err error) bool {
 func (m *Manager) Spawn(start func() (int, error)) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.b == nil && m.score != nil {
+		return m.score.spawn(start)
+	}
 	if m.b == nil {
 		return start()
 	}
@@ -309,6 +339,7 @@ func (m *Manager) Close() error {
 		m.w.close()
 		m.w = nil
 	}
+	m.score = nil
 	if m.b == nil {
 		return nil
 	}
