@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -38,7 +41,10 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.StringVar(&o.restoreRanks, "restore-ranks", "own", restoreRanksUsage)
 	fs.IntVar(&o.workers, "workers", checkpoint.DefaultDownloadWorkers, "parallel chunk downloads")
 	fs.DurationVar(&o.interval, "progress-interval", 5*time.Second, "how often progress is logged when stderr is not a terminal (a terminal gets a bar)")
-	fs.Usage = flagUsage(fs, stderr, "lifeboat restore --store URL --dir DIR [flags]")
+	fs.Usage = flagUsage(fs, stderr, "lifeboat restore --store URL --dir DIR [--step N] [flags]\n\n"+
+		"Restores the newest complete checkpoint into DIR, falling back past any that cannot be\n"+
+		"restored, or exactly step N with --step. Either way it writes DIR/"+resumeFile+"\n"+
+		"(dir, step, id, files), which lifeboat run --restore never hands the trainer.")
 	if code := parseCmd(fs, args, stderr); code >= 0 {
 		return code
 	}
@@ -99,6 +105,7 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintf(stderr, "lifeboat restore: step %d: %v\n", o.step, err)
 			return 1
 		}
+		writeResumeFile(o.dir, resumeOf(o.dir, res, all), log)
 		fmt.Fprintf(stdout, "restored step %d (%d files, %d bytes) into %s\n", res.Step, res.Files, res.Bytes, res.Dir)
 		o.kube.restored(ctx, log, res.Step, time.Since(t0).Seconds())
 		return 0
@@ -118,4 +125,28 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fmt.Fprintf(stdout, "restored step %s (id %s) into %s\n", strconv.FormatInt(r.Step, 10), r.ID, r.Dir)
 	o.kube.restored(ctx, log, r.Step, time.Since(t0).Seconds())
 	return 0
+}
+
+// resumeOf is what a restore into dir tells the trainer: where the
+// restored checkpoint is (the deepest directory holding its files, or the
+// .lifeboat-ranks directory with every rank), its step, id and files.
+func resumeOf(dir string, res *checkpoint.RestoreResult, all bool) *resume {
+	r := &resume{Dir: filepath.Join(res.Dir, commonDir(res.Manifest)), Step: res.Step, ID: res.Manifest.ID}
+	if all {
+		r.Dir = res.Dir // the directory holding the rank-NNNNN subdirectories
+	}
+	for _, f := range res.Manifest.Files {
+		r.Files = append(r.Files, relTo(dir, res.Dir, f.Path))
+	}
+	return r
+}
+
+// writeResumeFile writes r into dir's resume file, for a trainer started
+// elsewhere (lifeboat run --restore never after an init container); a
+// failure is logged, the restore stands.
+func writeResumeFile(dir string, r *resume, log *slog.Logger) {
+	b, _ := json.Marshal(r)
+	if err := os.WriteFile(filepath.Join(dir, resumeFile), append(b, '\n'), 0o644); err != nil {
+		log.Warn("resume.write_file_failed", "err", err)
+	}
 }

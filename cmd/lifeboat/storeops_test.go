@@ -8,9 +8,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -137,5 +139,50 @@ func TestVerifyHelpListsForms(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("help verify does not mention %q:\n%s", want, out)
 		}
+	}
+}
+
+// readResume reads dir's resume file.
+func readResume(t *testing.T, dir string) resume {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, resumeFile))
+	if err != nil {
+		t.Fatalf("no resume file: %v", err)
+	}
+	var r resume
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("resume file %q: %v", b, err)
+	}
+	return r
+}
+
+// TestRestoreStepWritesResumeFile: `lifeboat restore --step N`, like the
+// plain restore, leaves .lifeboat-resume.json in --dir saying where step
+// N's files are, its id and its files, so that `lifeboat run --restore
+// never` hands the trainer that step; it replaces the file an earlier
+// restore of another step wrote.
+func TestRestoreStepWritesResumeFile(t *testing.T) {
+	for _, sk := range storeKinds() {
+		t.Run(sk.name, func(t *testing.T) {
+			url, env := sk.url(t), sk.env(t)
+			s := openStore(t, env, url)
+			m5 := seedStep(t, s, 5, map[string][]byte{"step-5/model.bin": numbered("five", 2500), "step-5/opt/state.bin": numbered("five-opt", 10)})
+			m9 := seedStep(t, s, 9, map[string][]byte{"step-9/model.bin": numbered("nine", 2500)})
+			dir := filepath.Join(t.TempDir(), "ckpt")
+			if code, out, errOut := lbRun(t, env, "restore", "--store", url, "--dir", dir); code != 0 {
+				t.Fatalf("restore: exit %d\n%s\n%s", code, out, errOut)
+			}
+			if r := readResume(t, dir); r.Step != 9 || r.ID != m9.ID {
+				t.Fatalf("plain restore's resume file: %+v, want step 9 id %s", r, m9.ID)
+			}
+			if code, out, errOut := lbRun(t, env, "restore", "--store", url, "--dir", dir, "--step", "5"); code != 0 {
+				t.Fatalf("restore --step 5: exit %d\n%s\n%s", code, out, errOut)
+			}
+			r := readResume(t, dir)
+			want := resume{Dir: filepath.Join(dir, "step-5"), Step: 5, ID: m5.ID, Files: []string{"step-5/model.bin", "step-5/opt/state.bin"}}
+			if r.Dir != want.Dir || r.Step != want.Step || r.ID != want.ID || !slices.Equal(r.Files, want.Files) {
+				t.Errorf("restore --step 5 left resume file %+v, want %+v", r, want)
+			}
+		})
 	}
 }
