@@ -29,6 +29,7 @@ scripts/minio.sh start "$work/minio" >&2
 . "$work/minio/env"
 LIFEBOAT_TEST_EC2_MOCK=$(scripts/ec2-metadata-mock.sh install)
 export LIFEBOAT_TEST_EC2_MOCK
+LIFEBOAT_TEST_K8S_BIN=$(scripts/k8s-build.sh install); export LIFEBOAT_TEST_K8S_BIN
 
 args=("$@")
 if ((${#args[@]} == 0)); then
