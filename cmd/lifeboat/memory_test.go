@@ -95,23 +95,7 @@ func TestOOMScoreUnprivileged(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(cg, "memory.limit_in_bytes"), []byte("209715200"), 0o644); err != nil {
 		t.Fatalf("set the test cgroup's limit: %v", err)
 	}
-	// A directory nobody can use, with a copy of the binary.
-	dir, err := os.MkdirTemp("", "lifeboat-nobody-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "lifeboat")
-	data, err := os.ReadFile(lifeboatBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin, dir := nobodyBinary(t)
 	tlog := filepath.Join(dir, "termination-log")
 	cmd := exec.Command("sh", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, cg,
 		setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups",

@@ -21,21 +21,21 @@ const MemoryUnknown = math.MaxUint64
 
 // Device is what NVML reports about one GPU.
 type Device struct {
-	Index       int    // NVML's index in this container (what nvidia-smi prints)
-	UUID        string // "GPU-..."
-	Name        string // "NVIDIA A100-SXM4-40GB"
-	MemoryTotal uint64 // bytes
-	MIGEnabled  bool   // current MIG mode
-	MIG         []MIGDevice
+	Index       int         `json:"index"`        // NVML's index in this container (what nvidia-smi prints)
+	UUID        string      `json:"uuid"`         // "GPU-..."
+	Name        string      `json:"name"`         // "NVIDIA A100-SXM4-40GB"
+	MemoryTotal uint64      `json:"memory_total"` // bytes
+	MIGEnabled  bool        `json:"mig_enabled"`  // current MIG mode
+	MIG         []MIGDevice `json:"mig,omitempty"`
 }
 
 // MIGDevice is one MIG device (a compute instance of a GPU instance) on a GPU.
 type MIGDevice struct {
-	Index           int    // MIG device index on its GPU ("0:Index")
-	UUID            string // "MIG-..." (or the pre-R470 "MIG-GPU-<uuid>/<gi>/<ci>")
-	GPUInstance     int
-	ComputeInstance int
-	MemoryTotal     uint64 // bytes: the GPU instance's memory
+	Index           int    `json:"index"` // MIG device index on its GPU ("0:Index")
+	UUID            string `json:"uuid"`  // "MIG-..." (or the pre-R470 "MIG-GPU-<uuid>/<gi>/<ci>")
+	GPUInstance     int    `json:"gpu_instance"`
+	ComputeInstance int    `json:"compute_instance"`
+	MemoryTotal     uint64 `json:"memory_total"` // bytes: the GPU instance's memory
 }
 
 // Process is one compute process on a GPU or MIG device, as NVML reports it.
