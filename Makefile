@@ -1,10 +1,21 @@
 # Convenience targets; the scripts are the source of truth.
-.PHONY: demo test build bench bench-pid1 bench-startup bench-latency bench-storage bench-checkpoint fuzz image crash
+.PHONY: demo test build build-static build-gpu cross-test bench bench-pid1 bench-startup bench-latency bench-storage bench-checkpoint fuzz image crash
 
-# LIFEBOAT_LDFLAGS (scripts/lib.sh) turn off the Go runtime's asynchronous
-# preemption, so that lifeboat forwards SIGURG too.
-build:
-	bash -c '. scripts/lib.sh && go build -ldflags "$$LIFEBOAT_LDFLAGS" -o bin/lifeboat ./cmd/lifeboat'
+# The two build flavours (README, "Build flavours"): bin/lifeboat is static
+# (CGO_ENABLED=0), bin/lifeboat-gpu is built with cgo against glibc, for
+# NVML. LIFEBOAT_LDFLAGS (scripts/lib.sh) turn off the Go runtime's
+# asynchronous preemption, so that lifeboat forwards SIGURG too.
+build: build-static build-gpu
+
+build-static:
+	bash -c '. scripts/lib.sh && CGO_ENABLED=0 go build -ldflags "$$LIFEBOAT_LDFLAGS" -o bin/lifeboat ./cmd/lifeboat'
+
+build-gpu:
+	bash -c '. scripts/lib.sh && CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" go build -ldflags "$$LIFEBOAT_LDFLAGS" -o bin/lifeboat-gpu ./cmd/lifeboat'
+
+# Both flavours for linux/amd64 and linux/arm64, the arm64 ones tested under qemu.
+cross-test:
+	scripts/cross-test.sh
 
 demo:
 	scripts/demo.sh

@@ -1,7 +1,8 @@
 // Command pid1bench measures container inits side by side in one run:
-// lifeboat, tini, dumb-init and catatonit. It prints a Markdown table with
-// each figure and its ratio to catatonit's. bench/pid1.sh installs the
-// peers and runs it.
+// lifeboat in both build flavours (static, and gpu with -lifeboat-gpu),
+// tini, dumb-init and catatonit. It prints a Markdown table with each
+// figure and its ratio to catatonit's. bench/pid1.sh builds both flavours,
+// installs the peers and runs it.
 //
 // Measurements:
 //   - start-up: hyperfine -N of `INIT -- /bin/true`, minus plain /bin/true
@@ -75,19 +76,23 @@ func main() {
 			return
 		}
 	}
-	lifeboat := flag.String("lifeboat", "lifeboat", "path of the lifeboat binary")
+	lifeboat := flag.String("lifeboat", "lifeboat", "path of the lifeboat binary (static flavour)")
+	lifeboatGPU := flag.String("lifeboat-gpu", "", "path of the lifeboat binary of the gpu flavour (cgo), measured too when given")
 	runs := flag.Int("runs", 300, "forward-latency runs per init")
 	reapRuns := flag.Int("reap-runs", 5, "reap runs per init")
 	flag.Parse()
 	self, err := os.Executable()
 	check(err)
 	lb := []string{*lifeboat, "run", "--log-level", "error", "--"}
-	inits := []initCmd{
-		{name: "lifeboat", argv: lb},
+	inits := []initCmd{{name: "lifeboat static", argv: lb}}
+	if *lifeboatGPU != "" {
+		inits = append(inits, initCmd{name: "lifeboat gpu", argv: []string{*lifeboatGPU, "run", "--log-level", "error", "--"}})
+	}
+	inits = append(inits, []initCmd{
 		{name: "tini", argv: []string{"tini", "-s", "--"}},
 		{name: "dumb-init", argv: []string{"dumb-init", "--"}},
 		{name: "catatonit", argv: []string{"catatonit", "--"}},
-	}
+	}...)
 	rows := map[string]row{}
 	startup := hyperfine(inits)
 	for _, in := range inits {
@@ -110,8 +115,8 @@ func main() {
 	}
 	fmt.Println()
 	preemptionAB([2]initCmd{
-		{name: "preemption off (as built)", argv: lb},
-		{name: "preemption on (GODEBUG=asyncpreemptoff=0)", argv: lb, env: []string{"GODEBUG=asyncpreemptoff=0"}},
+		{name: "static, preemption off (as built)", argv: lb},
+		{name: "static, preemption on (GODEBUG=asyncpreemptoff=0)", argv: lb, env: []string{"GODEBUG=asyncpreemptoff=0"}},
 	}, self, *runs, *reapRuns)
 }
 
