@@ -34,7 +34,7 @@ func ParseURL(raw string) (Location, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return Location{}, fmt.Errorf("store URL %q: %v: %w", RedactUser(raw), unwrapURLError(err), ErrInvalidURL)
+		return Location{}, fmt.Errorf("store URL %q: %v: %w", RedactUser(raw), UnwrapURLError(err), ErrInvalidURL)
 	}
 	bad := func(format string, args ...any) (Location, error) {
 		return Location{}, fmt.Errorf("store URL %q: %s: %w", RedactUser(raw), fmt.Sprintf(format, args...), ErrInvalidURL)
@@ -165,7 +165,11 @@ func RedactUser(raw string) string {
 	return raw[:i+3] + "xxxxx" + rest[at:]
 }
 
-func unwrapURLError(err error) error {
+// UnwrapURLError returns the error inside a *url.Error (what net/url's
+// parser and net/http's client return), whose own text repeats the
+// operation and the URL; any other error is returned as it is. Messages
+// that already name the URL show the cause alone.
+func UnwrapURLError(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		return ue.Err

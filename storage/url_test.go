@@ -2,6 +2,8 @@ package storage
 
 import (
 	"errors"
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -130,6 +132,25 @@ func TestParseURLRedactsCredentials(t *testing.T) {
 		_, err := ParseURL(raw)
 		if err == nil || strings.Contains(err.Error(), "hunter2pw") || strings.Contains(err.Error(), "AKIAUSER") {
 			t.Errorf("ParseURL(%q) = %v; want an error that hides the credentials", raw, err)
+		}
+	}
+}
+
+func TestUnwrapURLError(t *testing.T) {
+	inner := errors.New("connection refused")
+	_, perr := url.Parse("s3://ckpt/%zz")
+	tests := []struct {
+		in   error
+		want string
+	}{
+		{&url.Error{Op: "Get", URL: "http://127.0.0.1:9000/ckpt", Err: inner}, "connection refused"},
+		{fmt.Errorf("s3: stat k: %w", &url.Error{Op: "Head", URL: "http://x/y", Err: inner}), "connection refused"},
+		{perr, `invalid URL escape "%zz"`},
+		{inner, "connection refused"},
+	}
+	for _, tt := range tests {
+		if got := UnwrapURLError(tt.in); got.Error() != tt.want {
+			t.Errorf("UnwrapURLError(%v) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
 }

@@ -196,27 +196,18 @@ func (s *Store) connectError(err error) error {
 	var rerr tls.RecordHeaderError
 	switch {
 	case errors.As(err, &cerr) || errors.As(err, &uerr) || errors.As(err, &herr):
-		return storage.Permanent(fmt.Errorf("s3: TLS certificate of %s not trusted (%v); set AWS_CA_BUNDLE (--s3-ca-file) to the CA that signed it", s.cfg.Endpoint, errors.Unwrap(errorsRoot(err))))
+		return storage.Permanent(fmt.Errorf("s3: TLS certificate of %s not trusted (%v); set AWS_CA_BUNDLE (--s3-ca-file) to the CA that signed it", s.cfg.Endpoint, errors.Unwrap(storage.UnwrapURLError(err))))
 	case errors.As(err, &rerr) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
 		return storage.Permanent(fmt.Errorf("s3: TLS handshake with %s failed; the server does not speak TLS on that port: use http:// in the endpoint", s.cfg.Endpoint))
 	case strings.Contains(err.Error(), "tls:") || strings.Contains(err.Error(), "x509:"):
-		return storage.Permanent(fmt.Errorf("s3: TLS handshake with %s failed: %v; check the endpoint's scheme and AWS_CA_BUNDLE (--s3-ca-file)", s.cfg.Endpoint, errorsRoot(err)))
+		return storage.Permanent(fmt.Errorf("s3: TLS handshake with %s failed: %v; check the endpoint's scheme and AWS_CA_BUNDLE (--s3-ca-file)", s.cfg.Endpoint, storage.UnwrapURLError(err)))
 	}
 	var operr *net.OpError
 	var dnserr *net.DNSError
 	if errors.As(err, &operr) || errors.As(err, &dnserr) {
-		return fmt.Errorf("s3: cannot reach %s for bucket %q: %v; check --s3-endpoint (AWS_ENDPOINT_URL) and that the server is running", s.cfg.Endpoint, s.cfg.Bucket, errorsRoot(err))
+		return fmt.Errorf("s3: cannot reach %s for bucket %q: %v; check --s3-endpoint (AWS_ENDPOINT_URL) and that the server is running", s.cfg.Endpoint, s.cfg.Bucket, storage.UnwrapURLError(err))
 	}
 	return fmt.Errorf("s3: check %s: %w", where, err)
-}
-
-// errorsRoot strips *url.Error, whose text repeats the request URL.
-func errorsRoot(err error) error {
-	var uerr *url.Error
-	if errors.As(err, &uerr) {
-		return uerr.Err
-	}
-	return err
 }
 
 // String describes the store: "s3://bucket/prefix at http://host:port".
