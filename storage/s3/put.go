@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/lifeboat-project/lifeboat/storage"
 )
@@ -232,7 +233,8 @@ type part struct {
 
 // putMultipart uploads first and the rest of r as a multipart upload with
 // Parallelism parts in flight. The reading goroutine hashes the stream and
-// each part's CRC32C in the same pass; workers upload the parts. Any failure aborts the upload.
+// each part's CRC32C in the same pass; an errgroup uploads the parts. Any
+// failure aborts the upload.
 func (s *Store) putMultipart(ctx context.Context, key string, r io.Reader, size, partSize int64, first []byte, firstBP *[]byte, opts storage.PutOptions) (info storage.ObjectInfo, err error) {
 	obj := s.prefix + key
 	meta := map[string]string{"x-amz-checksum-algorithm": "CRC32C"}
@@ -257,36 +259,37 @@ func (s *Store) putMultipart(ctx context.Context, key string, r io.Reader, size,
 		}
 	}()
 
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	// At most Parallelism parts upload at once; g.Go blocks the reader
+	// until a slot is free, so no more than Parallelism+1 buffers are in
+	// use. The first part that fails cancels gctx, which stops the reader
+	// and the other parts.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.cfg.Parallelism)
 	var (
 		mu        sync.Mutex
 		completed []minio.CompletePart
-		wg        sync.WaitGroup
-		parts     = make(chan part)
 	)
-	for range s.cfg.Parallelism {
-		wg.Go(func() {
-			for p := range parts {
-				cp, err := s.uploadPart(ctx, obj, uploadID, p)
-				if p.bp != nil {
-					s.bufs.Put(p.bp)
-				}
-				if err != nil {
-					cancel(err)
-					continue
-				}
-				mu.Lock()
-				completed = append(completed, cp)
-				mu.Unlock()
+	upload := func(p part) {
+		g.Go(func() error {
+			cp, err := s.uploadPart(gctx, obj, uploadID, p)
+			if p.bp != nil {
+				s.bufs.Put(p.bp)
 			}
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			completed = append(completed, cp)
+			mu.Unlock()
+			return nil
 		})
 	}
 
 	h := sha256.New()
-	total, rerr := s.feed(ctx, r, size, partSize, first, firstBP, h, parts)
-	close(parts)
-	wg.Wait()
+	total, rerr := s.feed(gctx, r, size, partSize, first, firstBP, h, upload)
+	if werr := g.Wait(); werr != nil {
+		return storage.ObjectInfo{}, s.translate(ctx, "put", key, werr)
+	}
 	if cause := context.Cause(ctx); cause != nil {
 		return storage.ObjectInfo{}, s.translate(ctx, "put", key, cause)
 	}
@@ -308,20 +311,19 @@ func (s *Store) putMultipart(ctx context.Context, key string, r io.Reader, size,
 	return storage.ObjectInfo{Key: key, Size: total, ModTime: modTime(ui.LastModified), SHA256: sum}, nil
 }
 
-// feed hashes first and the rest of r into h and hands them to the workers
+// feed hashes first and the rest of r into h and hands them to upload
 // part by part. It returns the bytes read.
-func (s *Store) feed(ctx context.Context, r io.Reader, size, partSize int64, first []byte, firstBP *[]byte, h hash.Hash, parts chan<- part) (int64, error) {
+func (s *Store) feed(ctx context.Context, r io.Reader, size, partSize int64, first []byte, firstBP *[]byte, h hash.Hash, upload func(part)) (int64, error) {
 	send := func(p part) error {
 		p.crc = storage.WriteSums(h, 0, p.buf)
-		select {
-		case parts <- p:
-			return nil
-		case <-ctx.Done():
+		if ctx.Err() != nil {
 			if p.bp != nil {
 				s.bufs.Put(p.bp)
 			}
 			return context.Cause(ctx)
 		}
+		upload(p)
+		return nil
 	}
 	total := int64(len(first))
 	if err := send(part{num: 1, buf: first, bp: firstBP}); err != nil {
