@@ -1,35 +1,41 @@
-package storage
+package storage_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/lifeboat-project/lifeboat/storage"
+	_ "github.com/lifeboat-project/lifeboat/storage/fs"
+	"github.com/lifeboat-project/lifeboat/storage/mem"
+	"github.com/lifeboat-project/lifeboat/storage/s3"
 )
 
 func TestParseURL(t *testing.T) {
 	tests := []struct {
 		in      string
-		want    Location
+		want    storage.Location
 		wantErr string // substring of the error; empty means success
 	}{
-		{in: "s3://ckpt", want: Location{Scheme: "s3", Bucket: "ckpt"}},
-		{in: "s3://ckpt/", want: Location{Scheme: "s3", Bucket: "ckpt"}},
-		{in: "s3://ckpt/run-1", want: Location{Scheme: "s3", Bucket: "ckpt", Prefix: "run-1"}},
-		{in: "s3://ckpt/team/run-1/", want: Location{Scheme: "s3", Bucket: "ckpt", Prefix: "team/run-1"}},
-		{in: "s3://my.bucket-2/a%20b", want: Location{Scheme: "s3", Bucket: "my.bucket-2", Prefix: "a b"}},
-		{in: "file:///data/ckpt", want: Location{Scheme: "file", Path: "/data/ckpt"}},
-		{in: "file:///data/ckpt/", want: Location{Scheme: "file", Path: "/data/ckpt"}},
-		{in: "file:///data//ckpt", want: Location{Scheme: "file", Path: "/data/ckpt"}},
-		{in: "file://localhost/data", want: Location{Scheme: "file", Path: "/data"}},
-		{in: "file:///", want: Location{Scheme: "file", Path: "/"}},
+		{in: "s3://ckpt", want: storage.Location{Scheme: "s3", Bucket: "ckpt"}},
+		{in: "s3://ckpt/", want: storage.Location{Scheme: "s3", Bucket: "ckpt"}},
+		{in: "s3://ckpt/run-1", want: storage.Location{Scheme: "s3", Bucket: "ckpt", Prefix: "run-1"}},
+		{in: "s3://ckpt/team/run-1/", want: storage.Location{Scheme: "s3", Bucket: "ckpt", Prefix: "team/run-1"}},
+		{in: "s3://my.bucket-2/a%20b", want: storage.Location{Scheme: "s3", Bucket: "my.bucket-2", Prefix: "a b"}},
+		{in: "file:///data/ckpt", want: storage.Location{Scheme: "file", Path: "/data/ckpt"}},
+		{in: "file:///data/ckpt/", want: storage.Location{Scheme: "file", Path: "/data/ckpt"}},
+		{in: "file:///data//ckpt", want: storage.Location{Scheme: "file", Path: "/data/ckpt"}},
+		{in: "file://localhost/data", want: storage.Location{Scheme: "file", Path: "/data"}},
+		{in: "file:///", want: storage.Location{Scheme: "file", Path: "/"}},
 
 		{in: "", wantErr: "empty"},
 		{in: "ckpt/run", wantErr: "no scheme"},
 		{in: "/data/ckpt", wantErr: "no scheme"},
 		{in: "gs://ckpt", wantErr: `unknown scheme "gs"`},
-		{in: "S3://ckpt", want: Location{Scheme: "s3", Bucket: "ckpt"}},
+		{in: "S3://ckpt", want: storage.Location{Scheme: "s3", Bucket: "ckpt"}},
 		{in: "s3://", wantErr: "missing bucket"},
 		{in: "s3:///prefix", wantErr: "missing bucket"},
 		{in: "s3:ckpt", wantErr: "want s3://bucket/prefix"},
@@ -60,7 +66,7 @@ func TestParseURL(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := ParseURL(tt.in)
+			got, err := storage.ParseURL(tt.in)
 			if tt.wantErr != "" {
 				if err == nil {
 					t.Fatalf("ParseURL(%q) = %+v, want error containing %q", tt.in, got, tt.wantErr)
@@ -68,8 +74,8 @@ func TestParseURL(t *testing.T) {
 				if !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("ParseURL(%q) error = %q, want it to contain %q", tt.in, err, tt.wantErr)
 				}
-				if !errors.Is(err, ErrInvalidURL) {
-					t.Fatalf("ParseURL(%q) error %v does not wrap ErrInvalidURL", tt.in, err)
+				if !errors.Is(err, storage.ErrInvalidURL) {
+					t.Fatalf("ParseURL(%q) error %v does not wrap storage.ErrInvalidURL", tt.in, err)
 				}
 				return
 			}
@@ -79,7 +85,7 @@ func TestParseURL(t *testing.T) {
 			if got != tt.want {
 				t.Fatalf("ParseURL(%q) = %+v, want %+v", tt.in, got, tt.want)
 			}
-			again, err := ParseURL(got.String())
+			again, err := storage.ParseURL(got.String())
 			if err != nil || again != got {
 				t.Fatalf("round trip via %q = %+v, %v; want %+v", got.String(), again, err, got)
 			}
@@ -95,19 +101,19 @@ func FuzzParseURL(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		loc, err := ParseURL(raw)
+		loc, err := storage.ParseURL(raw)
 		if err != nil {
-			if !errors.Is(err, ErrInvalidURL) {
-				t.Fatalf("ParseURL(%q) error %v does not wrap ErrInvalidURL", raw, err)
+			if !errors.Is(err, storage.ErrInvalidURL) {
+				t.Fatalf("ParseURL(%q) error %v does not wrap storage.ErrInvalidURL", raw, err)
 			}
 			return
 		}
 		switch loc.Scheme {
 		case "s3":
-			if checkBucket(loc.Bucket) != nil || loc.Path != "" {
+			if s3.CheckBucket(loc.Bucket) != nil || loc.Path != "" {
 				t.Fatalf("ParseURL(%q) = %+v: bad bucket or stray path", raw, loc)
 			}
-			if loc.Prefix != "" && CheckKey(loc.Prefix) != nil {
+			if loc.Prefix != "" && storage.CheckKey(loc.Prefix) != nil {
 				t.Fatalf("ParseURL(%q) = %+v: prefix is not a valid key", raw, loc)
 			}
 		case "file":
@@ -118,7 +124,7 @@ func FuzzParseURL(f *testing.F) {
 		default:
 			t.Fatalf("ParseURL(%q) = %+v: unknown scheme accepted", raw, loc)
 		}
-		again, err := ParseURL(loc.String())
+		again, err := storage.ParseURL(loc.String())
 		if err != nil || again != loc {
 			t.Fatalf("ParseURL(%q) = %+v; round trip via %q = %+v, %v", raw, loc, loc.String(), again, err)
 		}
@@ -129,7 +135,7 @@ func FuzzParseURL(f *testing.F) {
 // without showing them.
 func TestParseURLRedactsCredentials(t *testing.T) {
 	for _, raw := range []string{"s3://AKIAUSER:hunter2pw@bucket/x", "file://AKIAUSER:hunter2pw@/abs", "s3://AKIAUSER:hunter2pw@bucket/x?y=1", "s3://AKIAUSER:hunter2pw@bu cket:x/"} {
-		_, err := ParseURL(raw)
+		_, err := storage.ParseURL(raw)
 		if err == nil || strings.Contains(err.Error(), "hunter2pw") || strings.Contains(err.Error(), "AKIAUSER") {
 			t.Errorf("ParseURL(%q) = %v; want an error that hides the credentials", raw, err)
 		}
@@ -149,8 +155,83 @@ func TestUnwrapURLError(t *testing.T) {
 		{inner, "connection refused"},
 	}
 	for _, tt := range tests {
-		if got := UnwrapURLError(tt.in); got.Error() != tt.want {
+		if got := storage.UnwrapURLError(tt.in); got.Error() != tt.want {
 			t.Errorf("UnwrapURLError(%v) = %q, want %q", tt.in, got, tt.want)
 		}
+	}
+}
+
+// TestParseURLUnknownScheme: a scheme no backend registered is refused
+// with the forms of the schemes known.
+func TestParseURLUnknownScheme(t *testing.T) {
+	for _, raw := range []string{"gs://ckpt/x", "ckpt/x"} {
+		_, err := storage.ParseURL(raw)
+		if err == nil || !errors.Is(err, storage.ErrInvalidURL) ||
+			!strings.Contains(err.Error(), "file:///abs/path") || !strings.Contains(err.Error(), "s3://bucket/prefix") {
+			t.Errorf("ParseURL(%q) = %v; want an invalid-URL error naming file:///abs/path and s3://bucket/prefix", raw, err)
+		}
+	}
+	_, err := storage.Open(context.Background(), storage.Location{Scheme: "gs", Bucket: "ckpt"}, nil)
+	if err == nil || !errors.Is(err, storage.ErrInvalidURL) || !strings.Contains(err.Error(), `unknown scheme "gs"`) {
+		t.Errorf("Open of gs:// = %v; want an invalid-URL error naming the scheme", err)
+	}
+}
+
+// TestRegister: a backend registered under a new scheme parses and opens
+// its URLs; registering a scheme twice, or an incomplete backend, panics.
+func TestRegister(t *testing.T) {
+	opened := mem.New()
+	b := storage.Backend{
+		Scheme: "memtest",
+		Form:   "memtest://name",
+		Parse: func(u *url.URL) (storage.Location, error) {
+			if u.Host == "" {
+				return storage.Location{}, errors.New("missing name; want memtest://name")
+			}
+			return storage.Location{Bucket: u.Host}, nil
+		},
+		Open: func(_ context.Context, loc storage.Location, configure func(any) error) (storage.Store, error) {
+			name := loc.Bucket
+			if err := configure(&name); err != nil {
+				return nil, err
+			}
+			if name != "configured" {
+				return nil, fmt.Errorf("configure was not applied: %q", name)
+			}
+			return opened, nil
+		},
+	}
+	storage.Register(b)
+	loc, err := storage.ParseURL("memtest://x")
+	if err != nil || loc != (storage.Location{Scheme: "memtest", Bucket: "x"}) {
+		t.Fatalf("ParseURL(memtest://x) = %+v, %v", loc, err)
+	}
+	if _, err := storage.ParseURL("memtest:///"); err == nil || !strings.Contains(err.Error(), "missing name; want memtest://name") || !errors.Is(err, storage.ErrInvalidURL) {
+		t.Errorf("ParseURL(memtest:///) = %v; want the backend's reason as an invalid-URL error", err)
+	}
+	s, err := storage.Open(context.Background(), loc, func(c any) error {
+		*c.(*string) = "configured"
+		return nil
+	})
+	if err != nil || s != opened {
+		t.Fatalf("Open(%v) = %v, %v", loc, s, err)
+	}
+	if _, err := storage.ParseURL("gs://x"); err == nil || !strings.Contains(err.Error(), "memtest://name") {
+		t.Errorf("unknown scheme error %v does not list the registered memtest://name", err)
+	}
+	for name, bad := range map[string]storage.Backend{
+		"twice":     b,
+		"no scheme": {Parse: b.Parse, Open: b.Open},
+		"upper":     {Scheme: "Mem", Parse: b.Parse, Open: b.Open},
+		"no parse":  {Scheme: "memtest2", Open: b.Open},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Register %s did not panic", name)
+				}
+			}()
+			storage.Register(bad)
+		}()
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/storage"
-	fsstore "github.com/lifeboat-project/lifeboat/storage/fs"
+	_ "github.com/lifeboat-project/lifeboat/storage/fs" // registers file://
 	"github.com/lifeboat-project/lifeboat/storage/s3"
 )
 
@@ -78,10 +78,11 @@ func (p *positiveDuration) Set(s string) error {
 	return nil
 }
 
-// open connects to the store. Credentials come from minio-go's providers
-// (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, MINIO_*, the AWS credentials
-// file, IAM and web identity) and never from flags, so they stay out of
-// process listings.
+// open connects to the store with the backend registered for its URL's
+// scheme (storage/s3 and storage/fs, imported here). Credentials come from
+// minio-go's providers (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, MINIO_*,
+// the AWS credentials file, IAM and web identity) and never from flags, so
+// they stay out of process listings.
 func (o *storeOptions) open(ctx context.Context) (storage.Store, error) {
 	if o.url == "" {
 		return nil, errors.New("no store given: set --store (LIFEBOAT_STORE) to s3://bucket/prefix or file:///abs/path")
@@ -90,49 +91,41 @@ func (o *storeOptions) open(ctx context.Context) (storage.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--store (LIFEBOAT_STORE): %w", err)
 	}
-	switch loc.Scheme {
-	case "file":
-		if err := os.MkdirAll(loc.Path, 0o755); err != nil {
-			return nil, fmt.Errorf("--store %s: create the directory: %w", o.url, err)
-		}
-		s, err := fsstore.New(loc.Path)
-		if err != nil {
-			return nil, err
-		}
-		return storage.Recover(s), nil
-	case "s3":
-		var cfg s3.Config
-		cfg.FromEnv(os.Getenv)
-		cfg.Bucket, cfg.Prefix = loc.Bucket, loc.Prefix
-		if o.endpoint != "" {
-			cfg.Endpoint = o.endpoint
-		}
-		if o.region != "" {
-			cfg.Region = o.region
-		}
-		if o.caFile != "" {
-			cfg.CAFile = o.caFile
-		}
-		cfg.BucketLookup = s3.BucketLookup(o.lookup)
-		cfg.CreateBucket = o.createBucket
-		if o.uploadLimit != "" {
-			n, err := parseBytes(o.uploadLimit)
-			if err != nil || n <= 0 {
-				return nil, fmt.Errorf("--upload-limit (LIFEBOAT_UPLOAD_LIMIT) is %q; give bytes per second such as 200MB or 1GiB", o.uploadLimit)
-			}
-			cfg.UploadLimit = n
-		}
-		cfg.ConnectTimeout, cfg.ResponseTimeout, cfg.StallTimeout = o.connectTimeout, o.responseTimeout, o.stallTimeout
-		if err := cfg.Validate(); err != nil {
-			return nil, err
-		}
-		s, err := s3.New(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		return storage.Recover(s), nil
+	s, err := storage.Open(ctx, loc, o.configure)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("--store (LIFEBOAT_STORE): unsupported scheme %q", loc.Scheme)
+	return storage.Recover(s), nil
+}
+
+// configure applies the store flags, and the environment they default
+// to, to a backend's configuration (see storage.Backend.Open).
+func (o *storeOptions) configure(config any) error {
+	cfg, ok := config.(*s3.Config)
+	if !ok {
+		return nil
+	}
+	cfg.FromEnv(os.Getenv)
+	if o.endpoint != "" {
+		cfg.Endpoint = o.endpoint
+	}
+	if o.region != "" {
+		cfg.Region = o.region
+	}
+	if o.caFile != "" {
+		cfg.CAFile = o.caFile
+	}
+	cfg.BucketLookup = s3.BucketLookup(o.lookup)
+	cfg.CreateBucket = o.createBucket
+	if o.uploadLimit != "" {
+		n, err := parseBytes(o.uploadLimit)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("--upload-limit (LIFEBOAT_UPLOAD_LIMIT) is %q; give bytes per second such as 200MB or 1GiB", o.uploadLimit)
+		}
+		cfg.UploadLimit = n
+	}
+	cfg.ConnectTimeout, cfg.ResponseTimeout, cfg.StallTimeout = o.connectTimeout, o.responseTimeout, o.stallTimeout
+	return nil
 }
 
 // parseBytes reads sizes such as 512, 64KB, 200MB, 1GiB (KB=1000, KiB=1024).
