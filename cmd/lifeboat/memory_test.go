@@ -72,29 +72,7 @@ func TestOOMKillsTheTrainerNotLifeboat(t *testing.T) {
 // termination log and exit 137. It needs root to make the cgroup, the
 // cgroup v1 memory hierarchy, setpriv and /usr/bin/python3.
 func TestOOMScoreUnprivileged(t *testing.T) {
-	testenv.RequireRoot(t)
-	root := "/sys/fs/cgroup/memory"
-	if _, err := os.Stat(filepath.Join(root, "memory.limit_in_bytes")); err != nil {
-		testenv.Skip(t, "no cgroup v1 memory hierarchy at "+root)
-	}
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		testenv.Skip(t, "no setpriv")
-	}
-	const python = "/usr/bin/python3"
-	if _, err := os.Stat(python); err != nil {
-		testenv.Skip(t, "no "+python)
-	}
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	cg := filepath.Join(root, "lifeboat-oomscore-"+hex.EncodeToString(b))
-	if err := os.Mkdir(cg, 0o755); err != nil {
-		testenv.Skip(t, "cannot create a memory cgroup: "+err.Error())
-	}
-	t.Cleanup(func() { _ = os.Remove(cg) })
-	if err := os.WriteFile(filepath.Join(cg, "memory.limit_in_bytes"), []byte("209715200"), 0o644); err != nil {
-		t.Fatalf("set the test cgroup's limit: %v", err)
-	}
+	cg, setpriv := unprivilegedCgroup(t)
 	bin, dir := nobodyBinary(t)
 	tlog := filepath.Join(dir, "termination-log")
 	cmd := exec.Command("sh", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, cg,
@@ -113,6 +91,77 @@ func TestOOMScoreUnprivileged(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(tlog); !strings.Contains(string(b), "killed by the kernel's OOM killer") || !strings.Contains(string(b), "oom_score_adj 1000") || !strings.Contains(string(b), "exit code 137") {
 		t.Errorf("termination log %q does not say the trainer was OOM-killed", b)
+	}
+}
+
+// unprivilegedCgroup makes a v1 memory cgroup limited to 200 MiB for a
+// test that runs lifeboat as nobody in it, and returns it with setpriv's
+// path. It skips without root, the v1 memory hierarchy, setpriv or
+// /usr/bin/python3 (the trainers' interpreter, which nobody can run).
+func unprivilegedCgroup(t *testing.T) (cg, setpriv string) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	root := "/sys/fs/cgroup/memory"
+	if _, err := os.Stat(filepath.Join(root, "memory.limit_in_bytes")); err != nil {
+		testenv.Skip(t, "no cgroup v1 memory hierarchy at "+root)
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		testenv.Skip(t, "no setpriv")
+	}
+	if _, err := os.Stat(python); err != nil {
+		testenv.Skip(t, "no "+python)
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	cg = filepath.Join(root, "lifeboat-oomscore-"+hex.EncodeToString(b))
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		testenv.Skip(t, "cannot create a memory cgroup: "+err.Error())
+	}
+	t.Cleanup(func() { _ = os.Remove(cg) })
+	if err := os.WriteFile(filepath.Join(cg, "memory.limit_in_bytes"), []byte("209715200"), 0o644); err != nil {
+		t.Fatalf("set the test cgroup's limit: %v", err)
+	}
+	return cg, setpriv
+}
+
+const python = "/usr/bin/python3"
+
+// TestOOMScoreProtectsLifeboatFromWorkers: a trainer whose 80 workers each
+// hold a little memory (every one smaller than lifeboat) runs a 200 MiB
+// cgroup out of memory. By size alone the kernel would take lifeboat
+// first (it did, on the code before: lifeboat died by SIGKILL); with the
+// trainer's tree at oom_score_adj 1000 it takes workers, and lifeboat sees
+// the trainer exit with its own code.
+func TestOOMScoreProtectsLifeboatFromWorkers(t *testing.T) {
+	cg, setpriv := unprivilegedCgroup(t)
+	bin, dir := nobodyBinary(t)
+	script := filepath.Join(dir, "workers.py")
+	if err := os.WriteFile(script, []byte(`import os, sys, time
+pids = []
+for i in range(80):
+    pid = os.fork()
+    if pid == 0:
+        b = bytearray(3 << 20)
+        time.sleep(4)
+        os._exit(0)
+    pids.append(pid)
+killed = sum(os.WIFSIGNALED(os.waitpid(p, 0)[1]) for p in pids)
+print("workers killed", killed, flush=True)
+sys.exit(3 if killed else 0)
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, cg,
+		setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+		bin, "run", "--memory-cgroup", "on", "--", python, script)
+	cmd.Dir = dir
+	out, _ := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != 3 {
+		t.Fatalf("exit %d, want 3 (workers OOM-killed, the trainer's own code; -1 is lifeboat killed); output:\n%s", code, out)
+	}
+	if !strings.Contains(string(out), `"msg":"memory.oom_kill"`) || !strings.Contains(string(out), "workers killed") {
+		t.Errorf("no memory.oom_kill or worker report:\n%s", out)
 	}
 }
 
