@@ -18,12 +18,18 @@ type PruneOptions struct {
 	// name is stored with the size they say. Newest means committed last
 	// (the newest Created of a step's ranks), of any world size, whatever
 	// the step number: a run started afresh commits lower steps than the
-	// run before it, and they are the newer work. Every step newer than
-	// the oldest kept one is kept too, complete, restorable or not.
+	// run before it, and they are the newer work. A step newer than the
+	// oldest kept one that is not kept itself stays too, except an
+	// incomplete one (a rank has no manifest) committed before the safety
+	// window: that upload is over and the step will never be restored.
 	Keep int
 	// SafetyWindow: a chunk no remaining manifest references is deleted
-	// only when it is older than this. It must be at least the Uploader's.
-	// Default DefaultSafetyWindow.
+	// only when it is older than this, and an incomplete step only when
+	// its last rank's manifest is. It must be at least the Uploader's (an
+	// upload's chunks are referenced by no manifest until it commits, and
+	// a stored chunk may be reused while younger than 3/4 of the
+	// Uploader's window): a shorter one is safe only while nothing uploads
+	// to the store. Default DefaultSafetyWindow.
 	SafetyWindow time.Duration
 	Clock        Clock   // default time.Now
 	Backoff      Backoff // default DefaultBackoff
@@ -39,7 +45,12 @@ type PruneResult struct {
 	// missing or of the wrong size), newest first: they count toward no
 	// Keep and are kept, like any step newer than a kept one. Older ones
 	// are deleted with the other old steps.
-	Unrestorable     []int64
+	Unrestorable []int64
+	// Abandoned lists the incomplete steps (a rank has no manifest) newer
+	// than the oldest kept one whose last manifest was committed before
+	// the safety window, newest first: they are deleted (and are in
+	// DeletedSteps). Younger ones are kept: their ranks may be uploading.
+	Abandoned        []int64
 	DeletedSteps     []int64
 	DeletedManifests int // all manifests deleted, of deleted steps and superseded revisions
 	// DeletedRevisions counts superseded revisions deleted from steps that
@@ -55,10 +66,12 @@ type PruneResult struct {
 
 // Prune keeps the opts.Keep newest restorable steps (committed last, of
 // any world size) and deletes the steps committed before them: first the
-// manifests of older steps (every revision), and the superseded revisions
-// of the steps it keeps once the revision above them is older than the
-// safety window, then the chunks that no remaining manifest references
-// and that are older than the safety window. It reads every rank's
+// manifests of older steps (every revision), of abandoned steps (newer,
+// but a rank has no manifest and the last rank's commit is older than the
+// safety window), and the superseded revisions of the steps it keeps once
+// the revision above them is older than the safety window, then the
+// chunks that no remaining manifest references and that are older than
+// the safety window. It reads every rank's
 // highest manifest to tell when each step was committed. Listing the
 // manifests again after deleting, and the window, make it safe to run while
 // uploads and restores are in progress (docs/FORMAT.md). A manifest that
@@ -123,8 +136,19 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 			}
 			break
 		}
-		if v, _ := g.judge(); v == verdictMissing || v == verdictNotPaired {
-			continue // not complete: kept while newer than a kept step
+		switch v, _ := g.judge(); v {
+		case verdictMissing:
+			// A rank has no manifest. Its upload may be in progress while
+			// the other ranks' commits are younger than the window; after
+			// that it is over (an upload commits within a quarter of the
+			// window of its start), and the step never completes.
+			if g.committed().Before(cutoff) {
+				old[g] = true
+				res.Abandoned = append(res.Abandoned, g.step)
+			}
+			continue
+		case verdictNotPaired:
+			continue // kept while newer than a kept step
 		}
 		var ms []*Manifest // those that decode
 		for _, m := range g.manifests {
@@ -176,9 +200,9 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 		}
 	}
 	res.DeletedSteps = slices.Compact(res.DeletedSteps)
-	if !enough && len(deleted) == 0 {
-		log.Info("checkpoint: prune: fewer complete steps than to keep; nothing to delete", "complete", len(res.Kept), "keep", opts.Keep)
-		return res, nil
+	if !enough {
+		log.Info("checkpoint: prune: fewer restorable steps than to keep; only abandoned steps, superseded revisions and unreferenced chunks older than the safety window are deleted",
+			"restorable", len(res.Kept), "keep", opts.Keep)
 	}
 	doomedKey := make(map[string]bool, len(deleted))
 	for _, oi := range deleted {
@@ -244,7 +268,7 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 		res.DeletedChunks++
 		res.DeletedBytes += oi.Size
 	}
-	log.Info("checkpoint: pruned", "kept", res.Kept, "unrestorable", res.Unrestorable, "deleted_steps", len(res.DeletedSteps), "deleted_revisions", res.DeletedRevisions,
+	log.Info("checkpoint: pruned", "kept", res.Kept, "unrestorable", res.Unrestorable, "abandoned", res.Abandoned, "deleted_steps", len(res.DeletedSteps), "deleted_revisions", res.DeletedRevisions,
 		"deleted_chunks", res.DeletedChunks, "deleted_bytes", res.DeletedBytes, "dry_run", opts.DryRun)
 	return res, nil
 }

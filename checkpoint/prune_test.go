@@ -23,8 +23,8 @@ func TestPruneKeepsNewest(t *testing.T) {
 	for step := int64(1); step <= 4; step++ {
 		upload(t, u, step, 0, 1, sampleTree(uint64(step)))
 	}
-	upload(t, u, 5, 0, 2, sampleTree(5)) // rank 1 of step 5 still uploading
 	clock.Advance(2 * window)
+	upload(t, u, 5, 0, 2, sampleTree(5)) // rank 1 of step 5 still uploading
 
 	dry, err := Prune(ctx, s, PruneOptions{Keep: 2, Clock: clock.Now, Backoff: noWait, DryRun: true})
 	if err != nil {
@@ -52,6 +52,41 @@ func TestPruneKeepsNewest(t *testing.T) {
 	}
 	if _, err := Prune(ctx, s, PruneOptions{}); err == nil {
 		t.Error("Prune with Keep 0 succeeded")
+	}
+
+	// Once the window has passed since rank 0 committed step 5, its upload
+	// is over: the step is abandoned and goes, with its chunks; what is
+	// left is exactly the kept steps' manifests and chunks.
+	clock.Advance(window + time.Second)
+	res, err = Prune(ctx, s, PruneOptions{Keep: 2, Clock: clock.Now, Backoff: noWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Kept, []int64{4, 3}) || !slices.Equal(res.Abandoned, []int64{5}) || !slices.Equal(res.DeletedSteps, []int64{5}) || res.DeletedChunks == 0 {
+		t.Errorf("Prune after the window = %+v; want step 5 abandoned and deleted with its chunks", res)
+	}
+	want := map[string]bool{}
+	for _, step := range []int64{3, 4} {
+		key := manifestKey(step, 0, 1, 0)
+		want[key] = true
+		m, err := readManifest(ctx, s, key, noWait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range m.Files {
+			for _, c := range f.Chunks {
+				want[chunkKey(c.SHA256)] = true
+			}
+		}
+	}
+	got := storedKeys(t, s, "")
+	if len(got) != len(want) {
+		t.Errorf("store holds %d objects, want the %d of steps 3 and 4: %v", len(got), len(want), got)
+	}
+	for _, k := range got {
+		if !want[k] {
+			t.Errorf("store still holds %s, which no kept step uses", k)
+		}
 	}
 }
 

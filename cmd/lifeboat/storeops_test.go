@@ -8,13 +8,16 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
 	"github.com/lifeboat-project/lifeboat/storage"
@@ -50,6 +53,13 @@ func openStore(t *testing.T, env []string, url string) storage.Store {
 // rank 0 of 1, and returns its manifest.
 func seedStep(t *testing.T, s storage.Store, step int64, files map[string][]byte) *checkpoint.Manifest {
 	t.Helper()
+	return seedRank(t, s, checkpoint.Target{Step: step, WorldSize: 1}, files)
+}
+
+// seedRank commits files as the snapshot target names (a new revision when
+// the step and rank hold other files already) and returns its manifest.
+func seedRank(t *testing.T, s storage.Store, target checkpoint.Target, files map[string][]byte) *checkpoint.Manifest {
+	t.Helper()
 	dir := t.TempDir()
 	var paths []string
 	for p, b := range files {
@@ -63,9 +73,9 @@ func seedStep(t *testing.T, s storage.Store, step int64, files map[string][]byte
 		paths = append(paths, p)
 	}
 	u := &checkpoint.Uploader{Store: s, ChunkSize: 1 << 10, SkipFormatCheck: true}
-	res, err := u.UploadFiles(context.Background(), dir, paths, checkpoint.Target{Step: step, WorldSize: 1})
+	res, err := u.UploadFiles(context.Background(), dir, paths, target)
 	if err != nil {
-		t.Fatalf("commit step %d: %v", step, err)
+		t.Fatalf("commit %s: %v", target, err)
 	}
 	return res.Manifest
 }
@@ -182,6 +192,115 @@ func TestRestoreStepWritesResumeFile(t *testing.T) {
 			want := resume{Dir: filepath.Join(dir, "step-5"), Step: 5, ID: m5.ID, Files: []string{"step-5/model.bin", "step-5/opt/state.bin"}}
 			if r.Dir != want.Dir || r.Step != want.Step || r.ID != want.ID || !slices.Equal(r.Files, want.Files) {
 				t.Errorf("restore --step 5 left resume file %+v, want %+v", r, want)
+			}
+		})
+	}
+}
+
+// storeObjects lists every object in s: key -> size.
+func storeObjects(t *testing.T, s storage.Store) map[string]int64 {
+	t.Helper()
+	objs := map[string]int64{}
+	if err := s.List(context.Background(), "", func(oi storage.ObjectInfo) error {
+		objs[oi.Key] = oi.Size
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// TestPruneLeavesOnlyKept: once --min-chunk-age has passed, `lifeboat
+// prune --keep 1` leaves exactly the kept checkpoint in the store: its
+// manifest (highest revision) and the chunks it names, byte for byte;
+// older steps, the superseded revision, an incomplete step (a rank that
+// never committed) and an unreferenced chunk (an upload that died) are
+// gone. Before the age has passed, the incomplete step, the unreferenced
+// chunk and the superseded revision stay: an upload may be in progress.
+// For the directory store the bytes on disk are counted too.
+func TestPruneLeavesOnlyKept(t *testing.T) {
+	for _, sk := range storeKinds() {
+		t.Run(sk.name, func(t *testing.T) {
+			url, env := sk.url(t), sk.env(t)
+			s := openStore(t, env, url)
+			shared := numbered("shared", 3000)
+			seedStep(t, s, 1, map[string][]byte{"step-1/model.bin": numbered("one", 5000), "step-1/vocab.bin": shared})
+			seedStep(t, s, 2, map[string][]byte{"step-2/model.bin": numbered("two", 5000), "step-2/vocab.bin": shared})
+			seedStep(t, s, 3, map[string][]byte{"step-3/model.bin": numbered("three", 5000), "step-3/vocab.bin": shared})
+			m3 := seedStep(t, s, 3, map[string][]byte{"step-3/model.bin": numbered("three", 5000), "step-3/vocab.bin": shared,
+				"step-3/opt.bin": numbered("three-opt", 2000)}) // revision 1: the optimizer arrived after the first commit
+			seedRank(t, s, checkpoint.Target{Step: 4, Rank: 0, WorldSize: 2}, map[string][]byte{"step-4/model.bin": numbered("four", 5000)})
+			orphan := numbered("died before its manifest", 700)
+			sum := sha256.Sum256(orphan)
+			hexSum := hex.EncodeToString(sum[:])
+			if _, err := s.Put(context.Background(), "chunks/"+hexSum[:2]+"/"+hexSum, bytes.NewReader(orphan), int64(len(orphan)), storage.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if m3.Revision != 1 {
+				t.Fatalf("step 3 was committed as revision %d, want 1", m3.Revision)
+			}
+			want := map[string]int64{}
+			for _, f := range m3.Files {
+				for _, c := range f.Chunks {
+					want["chunks/"+c.SHA256[:2]+"/"+c.SHA256] = c.Size
+				}
+			}
+			manifestKey := "snapshots/00000000000000000003/rank-00000-of-00001-rev-00001.json"
+			want[manifestKey] = storeObjects(t, s)[manifestKey]
+
+			code, out, errOut := lbRun(t, env, "prune", "--store", url, "--keep", "1", "--min-chunk-age", "3s")
+			if code != 0 || !strings.Contains(out, "kept steps [3]; deleted steps [1 2]") {
+				t.Fatalf("prune inside the age: exit %d, want steps 1 and 2 deleted\n%s\n%s", code, out, errOut)
+			}
+			if !strings.Contains(errOut, "prune.short_chunk_age") {
+				t.Errorf("no warning that a --min-chunk-age below 6h is unsafe while uploads run:\n%s", errOut)
+			}
+			objs := storeObjects(t, s)
+			for _, k := range []string{"snapshots/00000000000000000004/rank-00000-of-00002.json", "snapshots/00000000000000000003/rank-00000-of-00001.json",
+				"chunks/" + hexSum[:2] + "/" + hexSum} {
+				if _, ok := objs[k]; !ok {
+					t.Errorf("%s was deleted inside --min-chunk-age", k)
+				}
+			}
+
+			time.Sleep(3500 * time.Millisecond)
+			code, out, errOut = lbRun(t, env, "prune", "--store", url, "--keep", "1", "--min-chunk-age", "3s")
+			if code != 0 || !strings.Contains(out, "kept steps [3]; deleted steps [4]") || !strings.Contains(out, "steps [4] were incomplete") {
+				t.Fatalf("prune after the age: exit %d, want the incomplete step 4 deleted\n%s\n%s", code, out, errOut)
+			}
+			objs = storeObjects(t, s)
+			var got, wantBytes int64
+			for k, n := range objs {
+				got += n
+				if _, ok := want[k]; !ok {
+					t.Errorf("the store still holds %s (%d bytes), which the kept step does not use", k, n)
+				}
+			}
+			for k, n := range want {
+				wantBytes += n
+				if objs[k] != n {
+					t.Errorf("the kept step's %s: %d bytes stored, want %d", k, objs[k], n)
+				}
+			}
+			if got != wantBytes {
+				t.Errorf("the store holds %d bytes, want exactly the kept step's %d", got, wantBytes)
+			}
+			if dir, ok := strings.CutPrefix(url, "file://"); ok {
+				var onDisk int64
+				err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+					if err != nil || d.IsDir() {
+						return err
+					}
+					fi, err := d.Info()
+					onDisk += fi.Size()
+					return err
+				})
+				if err != nil || onDisk != wantBytes {
+					t.Errorf("files under %s hold %d bytes (%v), want exactly the kept step's %d", dir, onDisk, err, wantBytes)
+				}
+			}
+			if code, out, errOut := lbRun(t, env, "verify", "--store", url); code != 0 {
+				t.Errorf("verify after prune: exit %d\n%s\n%s", code, out, errOut)
 			}
 		})
 	}
