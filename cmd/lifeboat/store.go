@@ -79,7 +79,8 @@ func (p *positiveDuration) Set(s string) error {
 }
 
 // open connects to the store with the backend registered for its URL's
-// scheme (storage/s3 and storage/fs, imported here). Credentials come from
+// scheme (storage/s3 and storage/fs, imported here), its uploads paced by
+// --upload-limit whatever the backend. Credentials come from
 // minio-go's providers (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, MINIO_*,
 // the AWS credentials file, IAM and web identity) and never from flags, so
 // they stay out of process listings.
@@ -91,11 +92,17 @@ func (o *storeOptions) open(ctx context.Context) (storage.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--store (LIFEBOAT_STORE): %w", err)
 	}
+	var limit int64
+	if o.uploadLimit != "" {
+		if limit, err = parseBytes(o.uploadLimit); err != nil || limit <= 0 {
+			return nil, fmt.Errorf("--upload-limit (LIFEBOAT_UPLOAD_LIMIT) is %q; give bytes per second such as 200MB or 1GiB", o.uploadLimit)
+		}
+	}
 	s, err := storage.Open(ctx, loc, o.configure)
 	if err != nil {
 		return nil, err
 	}
-	return storage.Recover(s), nil
+	return storage.Recover(storage.Limit(s, limit)), nil
 }
 
 // configure applies the store flags, and the environment they default
@@ -117,13 +124,6 @@ func (o *storeOptions) configure(config any) error {
 	}
 	cfg.BucketLookup = s3.BucketLookup(o.lookup)
 	cfg.CreateBucket = o.createBucket
-	if o.uploadLimit != "" {
-		n, err := parseBytes(o.uploadLimit)
-		if err != nil || n <= 0 {
-			return fmt.Errorf("--upload-limit (LIFEBOAT_UPLOAD_LIMIT) is %q; give bytes per second such as 200MB or 1GiB", o.uploadLimit)
-		}
-		cfg.UploadLimit = n
-	}
 	cfg.ConnectTimeout, cfg.ResponseTimeout, cfg.StallTimeout = o.connectTimeout, o.responseTimeout, o.stallTimeout
 	return nil
 }

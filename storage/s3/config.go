@@ -74,9 +74,6 @@ type Config struct {
 	// Parallelism is how many parts of one object upload at once; 0 means
 	// DefaultParallelism.
 	Parallelism int
-	// UploadLimit caps the upload rate of the whole store in bytes per
-	// second; 0 means unlimited.
-	UploadLimit int64
 	// ConnectTimeout bounds making a connection: the TCP connect (with
 	// the name lookup) and, for https, the TLS handshake. 0 means
 	// DefaultConnectTimeout.
@@ -185,9 +182,6 @@ func (c Config) Validate() error {
 	if c.Parallelism < 1 {
 		errs = append(errs, fmt.Errorf("the parallelism %d must be at least 1", c.Parallelism))
 	}
-	if c.UploadLimit < 0 {
-		errs = append(errs, fmt.Errorf("the upload limit %d (--upload-limit) must not be negative", c.UploadLimit))
-	}
 	for _, d := range []struct {
 		v    time.Duration
 		flag string
@@ -209,10 +203,10 @@ func redacted(s string) string {
 
 // String describes the configuration for logs with secrets redacted.
 func (c Config) String() string {
-	return fmt.Sprintf("s3.Config{Endpoint:%s Bucket:%s Prefix:%s Region:%s BucketLookup:%s CAFile:%s AccessKey:%s SecretKey:%s SessionToken:%s CreateBucket:%t PartSize:%d Parallelism:%d UploadLimit:%d}",
+	return fmt.Sprintf("s3.Config{Endpoint:%s Bucket:%s Prefix:%s Region:%s BucketLookup:%s CAFile:%s AccessKey:%s SecretKey:%s SessionToken:%s CreateBucket:%t PartSize:%d Parallelism:%d}",
 		c.Endpoint, c.Bucket, c.Prefix, c.Region, c.BucketLookup, c.CAFile,
 		redacted(c.AccessKey), redacted(c.SecretKey), redacted(c.SessionToken),
-		c.CreateBucket, c.PartSize, c.Parallelism, c.UploadLimit)
+		c.CreateBucket, c.PartSize, c.Parallelism)
 }
 
 // GoString is String, so %#v does not print secrets either.
@@ -233,6 +227,5 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("create_bucket", c.CreateBucket),
 		slog.Int64("part_size", c.PartSize),
 		slog.Int("parallelism", c.Parallelism),
-		slog.Int64("upload_limit", c.UploadLimit),
 	)
 }

@@ -22,7 +22,6 @@ func TestValidate(t *testing.T) {
 		{"half keys", func(c *Config) { c.AccessKey = "a" }, "both the access key and the secret key"},
 		{"small part", func(c *Config) { c.PartSize = 1 << 20 }, "part size"},
 		{"negative parallelism", func(c *Config) { c.Parallelism = -1 }, "parallelism"},
-		{"negative limit", func(c *Config) { c.UploadLimit = -1 }, "upload limit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

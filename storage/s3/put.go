@@ -44,7 +44,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, op
 		}
 	}
 
-	if body, ok := seekableBody(r, size, partSize, opts, s.limiter == nil); ok {
+	if body, ok := seekableBody(r, size, partSize, opts); ok {
 		info, err := s.putOne(ctx, key, body, opts)
 		if err == nil {
 			_, err = r.(io.Seeker).Seek(size, io.SeekCurrent) // as if read
@@ -79,7 +79,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, op
 	return s.putMultipart(ctx, key, r, size, partSize, first[:n], bp, opts)
 }
 
-// read fills p from r like io.ReadFull, honouring ctx and the upload limit.
+// read fills p from r like io.ReadFull, honouring ctx.
 // It returns io.ErrUnexpectedEOF when r ends before p is full (also when it
 // is empty).
 func (s *Store) read(ctx context.Context, r io.Reader, p []byte) (int, error) {
@@ -90,11 +90,6 @@ func (s *Store) read(ctx context.Context, r io.Reader, p []byte) (int, error) {
 			return n, err
 		}
 		m, err := r.Read(p[n:min(len(p), n+chunk)])
-		if m > 0 && s.limiter != nil {
-			if werr := s.limiter.WaitN(ctx, m); werr != nil {
-				return n, werr
-			}
-		}
 		n += m
 		if err == io.EOF {
 			return n, io.ErrUnexpectedEOF
@@ -192,12 +187,13 @@ func echoed(ui minio.UploadInfo, header string) string {
 // held in memory and readable at an offset (a bytes.Reader, a
 // strings.Reader, an io.SectionReader) with at least size bytes left, the
 // caller gave the SHA-256 (so nothing needs to read the bytes before they
-// are sent), the object fits in one part, and no upload limit applies (the
-// limit paces the reads of the buffered path). The view can be rewound for
+// are sent) and the object fits in one part. (storage.Limit hides the
+// reader behind one that paces its reads, so a limited Put always takes the
+// buffered path.) The view can be rewound for
 // minio-go's retries. Otherwise Put takes the buffered path, which also
 // reports a reader shorter than size.
-func seekableBody(r io.Reader, size, partSize int64, opts storage.PutOptions, unlimited bool) (*io.SectionReader, bool) {
-	if opts.SHA256 == "" || !unlimited || size < 0 || size > partSize {
+func seekableBody(r io.Reader, size, partSize int64, opts storage.PutOptions) (*io.SectionReader, bool) {
+	if opts.SHA256 == "" || size < 0 || size > partSize {
 		return nil, false
 	}
 	rs, ok := r.(interface {

@@ -32,27 +32,25 @@ func TestSeekableBody(t *testing.T) {
 	}
 	defer f.Close()
 	tests := []struct {
-		name      string
-		r         io.Reader
-		size      int64
-		opts      storage.PutOptions
-		unlimited bool
-		want      bool
+		name string
+		r    io.Reader
+		size int64
+		opts storage.PutOptions
+		want bool
 	}{
-		{"bytes.Reader with its SHA-256", bytes.NewReader(make([]byte, 50)), 50, withSum, true, true},
-		{"strings.Reader", strings.NewReader(strings.Repeat("x", 50)), 50, withSum, true, true},
-		{"exactly one part", bytes.NewReader(make([]byte, part)), part, withSum, true, true},
-		{"no SHA-256: it must be computed from the bytes", bytes.NewReader(make([]byte, 50)), 50, storage.PutOptions{}, true, false},
-		{"an upload limit paces reads", bytes.NewReader(make([]byte, 50)), 50, withSum, false, false},
-		{"unknown size", bytes.NewReader(make([]byte, 50)), -1, withSum, true, false},
-		{"larger than a part", bytes.NewReader(make([]byte, part+1)), part + 1, withSum, true, false},
-		{"fewer bytes than size", bytes.NewReader(make([]byte, 40)), 50, withSum, true, false},
-		{"a file (no Size method)", f, 0, withSum, true, false},
-		{"a plain reader", io.MultiReader(bytes.NewReader(make([]byte, 50))), 50, withSum, true, false},
+		{"bytes.Reader with its SHA-256", bytes.NewReader(make([]byte, 50)), 50, withSum, true},
+		{"strings.Reader", strings.NewReader(strings.Repeat("x", 50)), 50, withSum, true},
+		{"exactly one part", bytes.NewReader(make([]byte, part)), part, withSum, true},
+		{"no SHA-256: it must be computed from the bytes", bytes.NewReader(make([]byte, 50)), 50, storage.PutOptions{}, false},
+		{"unknown size", bytes.NewReader(make([]byte, 50)), -1, withSum, false},
+		{"larger than a part", bytes.NewReader(make([]byte, part+1)), part + 1, withSum, false},
+		{"fewer bytes than size", bytes.NewReader(make([]byte, 40)), 50, withSum, false},
+		{"a file (no Size method)", f, 0, withSum, false},
+		{"a plain reader", io.MultiReader(bytes.NewReader(make([]byte, 50))), 50, withSum, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			body, ok := seekableBody(tt.r, tt.size, part, tt.opts, tt.unlimited)
+			body, ok := seekableBody(tt.r, tt.size, part, tt.opts)
 			if ok != tt.want {
 				t.Fatalf("seekableBody ok = %v, want %v", ok, tt.want)
 			}
@@ -65,7 +63,7 @@ func TestSeekableBody(t *testing.T) {
 	// The view starts at the reader's offset and can be read again.
 	r := bytes.NewReader([]byte("0123456789"))
 	r.Seek(3, io.SeekStart)
-	body, ok := seekableBody(r, 4, part, withSum, true)
+	body, ok := seekableBody(r, 4, part, withSum)
 	if !ok {
 		t.Fatal("seekableBody refused a bytes.Reader")
 	}

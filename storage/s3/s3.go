@@ -17,7 +17,6 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
-	"golang.org/x/time/rate"
 
 	"github.com/lifeboat-project/lifeboat/storage"
 )
@@ -28,12 +27,11 @@ const metaSHA256 = "Lifeboat-Sha256"
 
 // Store is a storage.Store in one bucket and prefix of an S3 server.
 type Store struct {
-	cfg     Config // with defaults
-	client  *minio.Client
-	core    minio.Core
-	prefix  string        // cfg.Prefix + "/", or ""
-	limiter *rate.Limiter // nil when unlimited
-	bufs    sync.Pool     // *[]byte of cfg.PartSize
+	cfg    Config // with defaults
+	client *minio.Client
+	core   minio.Core
+	prefix string    // cfg.Prefix + "/", or ""
+	bufs   sync.Pool // *[]byte of cfg.PartSize
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -86,9 +84,6 @@ func newStore(cfg Config) (*Store, error) {
 	s := &Store{cfg: cfg, client: client, core: minio.Core{Client: client}}
 	if cfg.Prefix != "" {
 		s.prefix = cfg.Prefix + "/"
-	}
-	if cfg.UploadLimit > 0 {
-		s.limiter = rate.NewLimiter(rate.Limit(cfg.UploadLimit), int(max(cfg.UploadLimit, 1<<20)))
 	}
 	s.bufs.New = func() any {
 		b := make([]byte, cfg.PartSize)
