@@ -94,8 +94,8 @@ func (c *Recorder) Committed(step, bytes int64, seconds float64, saved time.Time
 		c.since = now
 	}
 	stopAt := c.stopAt
-	if final {
-		c.final = true
+	if final && !stopAt.IsZero() {
+		c.final = true // not a restart's commit (Sync), which is final too
 	}
 	a := c.annotations(now)
 	c.mu.Unlock()

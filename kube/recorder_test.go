@@ -106,6 +106,17 @@ func TestPreemptionEvents(t *testing.T) {
 			t.Errorf("events %v", bodies(ev))
 		}
 	})
+	t.Run("restart's commit, then a stop with nothing new", func(t *testing.T) {
+		ev := run(t, func(rec *Recorder) {
+			rec.Committed(1150, 1, 1, time.Time{}, true) // the commit before a restart
+			rec.Stopping(start)
+			rec.Flushed(true, nil)
+		})
+		if len(ev) != 2 || ev[0].Body["reason"] != ReasonCommitted || ev[1].Body["reason"] != ReasonPreemptedCommitted ||
+			!strings.Contains(ev[1].Body["message"].(string), "nothing new to commit; step 1150 stays the latest") {
+			t.Errorf("events %v", bodies(ev))
+		}
+	})
 	t.Run("failed", func(t *testing.T) {
 		ev := run(t, func(rec *Recorder) {
 			rec.Committed(1100, 1, 1, time.Time{}, false)
