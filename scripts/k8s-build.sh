@@ -57,9 +57,10 @@ install() {
 		printf '%s\n' "$out"
 		return
 	fi
-	local tmp start=$SECONDS
+	local start=$SECONDS
+	# Global, not local: the EXIT trap runs after install has returned.
 	tmp=$(mktemp -d "$CACHE/k8s/.build.XXXXXX")
-	trap 'rm -rf "$tmp"' EXIT
+	trap 'rm -rf "${tmp:-}"' EXIT
 	log "building Kubernetes $VERSION (${COMMANDS[*]}) into $out; cold this takes about 25 CPU-minutes"
 	mkdir -p "$tmp/mod" "$tmp/bin"
 	(
