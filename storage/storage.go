@@ -3,9 +3,18 @@
 //
 // Backends live in subpackages (storage/s3 on minio-go, storage/fs for a
 // directory or PVC, storage/mem for tests); storage/storagetest is the
-// conformance suite every backend passes. Callers classify errors with
-// errors.Is against the sentinels here and never import a backend's client
-// library to do so.
+// conformance suite every backend passes. A backend registers the scheme of
+// its URLs (Register) when it is imported: ParseURL and Open then parse and
+// open its URLs, with its own rules. Callers classify errors with errors.Is
+// against the sentinels here and never import a backend's client library
+// to do so.
+//
+// Behaviour that every backend shares is a wrapper of the interface, not a
+// parameter of its callers: Recover turns a panic of a store client into an
+// error, Limit paces uploads, and Retry retries transient failures (with a
+// List that never delivers an object twice and a Get whose body resumes
+// where a failed read left off). A command stacks them as
+// Retry(Recover(Limit(backend))).
 package storage
 
 import (

@@ -74,6 +74,15 @@ type Config struct {
 	// Parallelism is how many parts of one object upload at once; 0 means
 	// DefaultParallelism.
 	Parallelism int
+	// RequestAttempts is how many times minio-go sends a request before it
+	// gives up on a transient failure (a reset connection, HTTP 503, a
+	// throttling answer), waiting up to a second between tries; 0 keeps
+	// minio-go's default of 10. A store wrapped in storage.Retry should
+	// have 1, so that the wrapper alone decides what is retried, how often
+	// and how far apart. (With 1, the request minio-go would send again
+	// after AWS S3 named a bucket's other region is left to the wrapper
+	// too; minio-go keeps the region it learnt. Setting Region avoids it.)
+	RequestAttempts int
 	// ConnectTimeout bounds making a connection: the TCP connect (with
 	// the name lookup) and, for https, the TLS handshake. 0 means
 	// DefaultConnectTimeout.
@@ -179,6 +188,9 @@ func (c Config) Validate() error {
 	if c.PartSize < MinPartSize || c.PartSize > MaxPartSize {
 		errs = append(errs, fmt.Errorf("the part size %d must be between %d (5 MiB) and %d (5 GiB)", c.PartSize, MinPartSize, int64(MaxPartSize)))
 	}
+	if c.RequestAttempts < 0 {
+		errs = append(errs, fmt.Errorf("the request attempts %d must be 0 (minio-go's default) or more", c.RequestAttempts))
+	}
 	if c.Parallelism < 1 {
 		errs = append(errs, fmt.Errorf("the parallelism %d must be at least 1", c.Parallelism))
 	}
@@ -203,10 +215,10 @@ func redacted(s string) string {
 
 // String describes the configuration for logs with secrets redacted.
 func (c Config) String() string {
-	return fmt.Sprintf("s3.Config{Endpoint:%s Bucket:%s Prefix:%s Region:%s BucketLookup:%s CAFile:%s AccessKey:%s SecretKey:%s SessionToken:%s CreateBucket:%t PartSize:%d Parallelism:%d}",
+	return fmt.Sprintf("s3.Config{Endpoint:%s Bucket:%s Prefix:%s Region:%s BucketLookup:%s CAFile:%s AccessKey:%s SecretKey:%s SessionToken:%s CreateBucket:%t PartSize:%d Parallelism:%d RequestAttempts:%d}",
 		c.Endpoint, c.Bucket, c.Prefix, c.Region, c.BucketLookup, c.CAFile,
 		redacted(c.AccessKey), redacted(c.SecretKey), redacted(c.SessionToken),
-		c.CreateBucket, c.PartSize, c.Parallelism)
+		c.CreateBucket, c.PartSize, c.Parallelism, c.RequestAttempts)
 }
 
 // GoString is String, so %#v does not print secrets either.
@@ -227,5 +239,6 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("create_bucket", c.CreateBucket),
 		slog.Int64("part_size", c.PartSize),
 		slog.Int("parallelism", c.Parallelism),
+		slog.Int("request_attempts", c.RequestAttempts),
 	)
 }

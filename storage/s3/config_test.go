@@ -22,6 +22,7 @@ func TestValidate(t *testing.T) {
 		{"half keys", func(c *Config) { c.AccessKey = "a" }, "both the access key and the secret key"},
 		{"small part", func(c *Config) { c.PartSize = 1 << 20 }, "part size"},
 		{"negative parallelism", func(c *Config) { c.Parallelism = -1 }, "parallelism"},
+		{"negative request attempts", func(c *Config) { c.RequestAttempts = -1 }, "request attempts"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

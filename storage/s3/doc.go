@@ -42,6 +42,12 @@
 // within ResponseTimeout, one that never accepts them within
 // ConnectTimeout.
 //
+// Retries: minio-go sends a request again after a transient failure (a
+// reset connection, HTTP 503), up to ten times by default. A store wrapped
+// in storage.Retry should set Config.RequestAttempts to 1, so that one
+// policy, the wrapper's, decides; the wrapper also resumes a Get's body
+// where a failed read left off, which minio-go does not.
+//
 // Stat reports the SHA-256 where it was known when the upload began (every
 // single-PUT object, and multipart objects whose caller passed it); List
 // does not report it.

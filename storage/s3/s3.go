@@ -77,6 +77,7 @@ func newStore(cfg Config) (*Store, error) {
 		Region:          cfg.Region,
 		BucketLookup:    lookup,
 		TrailingHeaders: true,
+		MaxRetries:      cfg.RequestAttempts, // 0: minio-go's default
 	})
 	if err != nil {
 		return nil, fmt.Errorf("s3: client for %s: %w", cfg.Endpoint, err)
