@@ -204,7 +204,7 @@ func watchdogState(p *gpuPlan) (runs bool, why string) {
 	case p.driver == nil:
 		return false, "it measures GPU memory through NVML, which is not available here (" + p.NVML + ")"
 	case len(p.devices) == 0:
-		return false, "NVML names none of the trainer's devices"
+		return false, "lifeboat does not know the trainer's devices (CUDA_VISIBLE_DEVICES was set for it and --gpus was not given)"
 	}
 	return true, ""
 }
@@ -234,8 +234,12 @@ func (o *gpuOptions) newWatchdog(p *gpuPlan, log *slog.Logger) (*gpu.Watchdog, e
 		}
 		return nil, nil
 	case policy != gpu.PolicyWarn:
-		return nil, usageError{fmt.Errorf("--gpu-memory-policy (LIFEBOAT_GPU_MEMORY_POLICY) %s cannot be enforced: %s. Run a lifeboat built with cgo where libnvidia-ml.so.1 loads, or set --gpu-memory-policy warn to run without the GPU memory watchdog",
-			policy, why)}
+		fix := "Run a lifeboat built with cgo where libnvidia-ml.so.1 loads"
+		if p.driver != nil {
+			fix = "Name the trainer's GPUs with --gpus (LIFEBOAT_GPUS)"
+		}
+		return nil, usageError{fmt.Errorf("--gpu-memory-policy (LIFEBOAT_GPU_MEMORY_POLICY) %s cannot be enforced: %s. %s, or set --gpu-memory-policy warn to run without the GPU memory watchdog",
+			policy, why, fix)}
 	}
 	log.Warn("gpu.watchdog_unavailable", "reason", why, "effect", "the trainer's GPU memory is not watched; Paddle's own limit (FLAGS_gpu_memory_limit_mb) still applies")
 	return nil, nil
