@@ -226,7 +226,7 @@ func (o *gpuOptions) newWatchdog(p *gpuPlan, log *slog.Logger) (*gpu.Watchdog, e
 	switch {
 	case runs:
 		log.Info("gpu.watchdog", "policy", policy.String(), "limit_mib", p.LimitMiB, "margin_mib", gpu.AutoMarginMiB, "devices", strings.Join(p.devices, ","))
-		return gpu.NewWatchdog(p.driver, p.devices, p.LimitMiB, gpu.AutoMarginMiB*1<<20, policy,
+		return gpu.NewWatchdog(p.driver, p.devices, p.LimitMiB, gpu.AutoMarginMiB<<20, policy,
 			func() ([]int, error) { return supervisor.Descendants("/proc", os.Getpid()) }, log), nil
 	case p == nil || !p.Visible || p.LimitMiB == 0:
 		if policy != gpu.PolicyWarn && p != nil && p.Visible {
