@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-need_pkgs unshare:util-linux flock:util-linux python3:python3 sh:dash curl:curl git:git
+need_pkgs unshare:util-linux flock:util-linux python3:python3 sh:dash curl:curl git:git etcd:etcd-server
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/lifeboat-test.XXXXXX")
 cleanup() {
