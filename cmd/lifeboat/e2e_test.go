@@ -29,6 +29,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// A test run inside a pod must not have every lifeboat it starts talk to
+	// that pod's API server; the Kubernetes tests set their own.
+	os.Unsetenv("KUBERNETES_SERVICE_HOST")
+	os.Unsetenv("KUBERNETES_SERVICE_PORT")
 	lifeboatBin = filepath.Join(dir, "lifeboat")
 	childBin = filepath.Join(dir, "child")
 	// Both as lifeboat ships (signals.LinkFlag): the runtime sends itself
