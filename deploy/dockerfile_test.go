@@ -12,10 +12,21 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lifeboat-project/lifeboat/signals"
 )
 
-// paddleBase is images/paddle's default base image.
-const paddleBase = "registry.baidubce.com/paddlepaddle/paddle:2.6-gpu-cuda11.8-cudnn8"
+// paddleBase is images/paddle's default base image: a tag PaddlePaddle's
+// Docker install page lists, named without a registry host (Docker Hub).
+const paddleBase = "paddlepaddle/paddle:2.6.1-gpu-cuda12.0-cudnn8.9-trt8.6"
+
+// The lifeboat images of the two build flavours (README, "Build
+// flavours"), as scripts/docker-build.sh tags them, and their targets in
+// ../Dockerfile.
+const (
+	staticImage = "lifeboat:dev"
+	gpuImage    = "lifeboat:dev-gpu"
+)
 
 // dockerfile is the part of a Dockerfile these tests check.
 type dockerfile struct {
@@ -34,6 +45,7 @@ type stage struct {
 	workdir    string
 	entrypoint []string // nil when the stage has none
 	cmd        []string
+	runs       []string // RUN instructions, as written
 }
 
 type copyInstr struct {
@@ -184,6 +196,8 @@ func (d *dockerfile) instruction(line int, text string) error {
 		}
 		c.srcs, c.dst = fields[:len(fields)-1], fields[len(fields)-1]
 		s.copies = append(s.copies, c)
+	case "RUN":
+		s.runs = append(s.runs, rest)
 	case "WORKDIR":
 		s.workdir = rest
 	case "ENTRYPOINT", "CMD":
@@ -306,8 +320,16 @@ type image struct {
 // imageFiles maps the image names the manifests use to the Dockerfiles
 // that build them.
 var imageFiles = map[string]string{
-	"lifeboat:dev":         "../Dockerfile",
+	staticImage:            "../Dockerfile",
+	gpuImage:               "../Dockerfile",
 	"lifeboat-example:dev": "../images/example/Dockerfile",
+}
+
+// imageTargets are the --target stages of the images that are not their
+// Dockerfile's last stage.
+var imageTargets = map[string]string{
+	staticImage: "static",
+	gpuImage:    "gpu",
 }
 
 // loadImage parses the Dockerfile behind ref.
@@ -321,6 +343,11 @@ func loadImage(ref string) (*image, error) {
 		return nil, err
 	}
 	s := d.final()
+	if target, ok := imageTargets[ref]; ok {
+		if s = d.stageNamed(target); s == nil {
+			return nil, fmt.Errorf("%s: no stage %q, the target that builds %s", file, target, ref)
+		}
+	}
 	return &image{dockerfile: file, entrypoint: s.entrypoint, cmd: s.cmd, env: s.env}, nil
 }
 
@@ -349,12 +376,12 @@ func TestDockerfiles(t *testing.T) {
 	for _, tc := range []imageWant{
 		{
 			file:   "../images/paddle/Dockerfile",
-			args:   map[string]string{"BASE": paddleBase, "LIFEBOAT_IMAGE": "lifeboat:dev"},
+			args:   map[string]string{"BASE": paddleBase, "LIFEBOAT_IMAGE": gpuImage},
 			copies: common,
 		},
 		{
 			file:   "../images/example/Dockerfile",
-			args:   map[string]string{"BASE": "python:3.11-slim", "LIFEBOAT_IMAGE": "lifeboat:dev"},
+			args:   map[string]string{"BASE": "python:3.11-slim", "LIFEBOAT_IMAGE": gpuImage},
 			copies: with(map[string]string{"/workspace/train.py": "images/example/train.py"}),
 		},
 	} {
@@ -386,8 +413,8 @@ func checkTrainerImage(t *testing.T, d *dockerfile, want imageWant) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if root.final().copiedTo("/lifeboat") == nil {
-		t.Errorf("../Dockerfile: its final stage does not make /lifeboat, which %s copies", d.path)
+	if target := root.stageNamed(imageTargets[want.args["LIFEBOAT_IMAGE"]]); target == nil || target.copiedTo("/lifeboat") == nil {
+		t.Errorf("../Dockerfile: no target stage that makes /lifeboat for %s, which %s copies", want.args["LIFEBOAT_IMAGE"], d.path)
 	}
 	for dst, src := range want.copies {
 		c := fin.copiedTo(dst)
@@ -482,6 +509,87 @@ func checkLifeboatEnv(t *testing.T, where string, env map[string]string) {
 		}
 		if err := c.check(v); err != nil {
 			t.Errorf("%s: ENV %s=%q: %v", where, c.name, v, err)
+		}
+	}
+}
+
+// glibcOf is the glibc of the images GLIBC_IMAGE may default to. The gpu
+// flavour needs at run time a glibc at least as new as the one it was
+// linked against, so it is built on an old one: no newer than Ubuntu
+// 20.04's 2.31.
+var glibcOf = map[string]string{
+	"debian:bullseye-slim": "2.31",
+	"debian:bullseye":      "2.31",
+	"ubuntu:20.04":         "2.31",
+}
+
+// TestBuildFlavours checks ../Dockerfile's two flavours. Target static is
+// the last stage (what a plain `docker build` makes), FROM scratch, with a
+// binary built with CGO_ENABLED=0; target gpu holds a binary built with
+// cgo on GLIBC_IMAGE and runs on that image. Each binary is built once,
+// with signals.LinkFlag. The trainer images take the gpu flavour.
+func TestBuildFlavours(t *testing.T) {
+	d, err := parseDockerfile("../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	glibcImage := d.args["GLIBC_IMAGE"]
+	if _, ok := glibcOf[glibcImage]; !ok {
+		t.Errorf("%s: ARG GLIBC_IMAGE=%q is no image known to have glibc 2.31 or older (%v); a gpu binary linked against a newer glibc does not start on an older one", d.path, glibcImage, glibcOf)
+	}
+	if fin := d.final(); fin.name != "static" {
+		t.Errorf("%s: the last stage (a plain docker build, %s) is %q, want static", d.path, staticImage, fin.name)
+	}
+	for _, tc := range []struct{ target, build, buildFrom, from, cgo string }{
+		{"static", "build-static", d.args["GO_IMAGE"], "scratch", "0"},
+		{"gpu", "build-gpu", glibcImage, glibcImage, "1"},
+	} {
+		s := d.stageNamed(tc.target)
+		if s == nil {
+			t.Errorf("%s: no stage %q (docker build --target %s)", d.path, tc.target, tc.target)
+			continue
+		}
+		if s.from != tc.from {
+			t.Errorf("%s:%d: target %s is FROM %s, want %s", d.path, s.line, tc.target, s.from, tc.from)
+		}
+		if c := s.copiedTo("/lifeboat"); c == nil || c.from != tc.build || strings.Join(c.srcs, " ") != "/out/lifeboat" {
+			t.Errorf("%s:%d: target %s must COPY --from=%s /out/lifeboat /lifeboat, got %+v", d.path, s.line, tc.target, tc.build, c)
+		}
+		if want := []string{"/lifeboat"}; !reflect.DeepEqual(s.entrypoint, want) {
+			t.Errorf("%s:%d: target %s has ENTRYPOINT %q, want %q", d.path, s.line, tc.target, s.entrypoint, want)
+		}
+		b := d.stageNamed(tc.build)
+		if b == nil {
+			t.Errorf("%s: no stage %q", d.path, tc.build)
+			continue
+		}
+		if b.from != tc.buildFrom {
+			t.Errorf("%s:%d: stage %s is FROM %s, want %s", d.path, b.line, tc.build, b.from, tc.buildFrom)
+		}
+		if b.env["CGO_ENABLED"] != tc.cgo {
+			t.Errorf("%s:%d: stage %s sets CGO_ENABLED=%q, want %s for the %s flavour", d.path, b.line, tc.build, b.env["CGO_ENABLED"], tc.cgo, tc.target)
+		}
+		var builds []string
+		for _, r := range b.runs {
+			if strings.Contains(r, "go build") {
+				builds = append(builds, r)
+			}
+		}
+		if len(builds) != 1 {
+			t.Errorf("%s: stage %s runs go build %d times, want once", d.path, tc.build, len(builds))
+			continue
+		}
+		if !strings.Contains(builds[0], signals.LinkFlag) || !strings.HasSuffix(builds[0], "-o /out/lifeboat ./cmd/lifeboat") {
+			t.Errorf("%s: stage %s builds %q; want ./cmd/lifeboat into /out/lifeboat with -ldflags holding signals.LinkFlag %q", d.path, tc.build, builds[0], signals.LinkFlag)
+		}
+	}
+	for _, f := range []string{"../images/paddle/Dockerfile", "../images/example/Dockerfile", "../images/e2e/Dockerfile"} {
+		td, err := parseDockerfile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := td.args["LIFEBOAT_IMAGE"]; got != gpuImage {
+			t.Errorf("%s: ARG LIFEBOAT_IMAGE=%s, want the gpu flavour %s (NVML checks in a glibc image)", f, got, gpuImage)
 		}
 	}
 }

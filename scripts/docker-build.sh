@@ -1,38 +1,102 @@
 #!/usr/bin/env bash
-# Builds the lifeboat image from the Dockerfile with a local Go image made
-# from this machine's Go toolchain (no registry needed), starting dockerd
-# when none is running.
+# Builds the lifeboat images of both flavours from the Dockerfile, with a
+# local build image (Debian minbase with gcc, plus this machine's Go
+# toolchain) instead of one from a registry, starting dockerd when none is
+# running, and checks each image's binary, also as PID 1 of a container.
 #
-#   scripts/docker-build.sh [TAG]     (default lifeboat:dev)
+#   scripts/docker-build.sh [TAG]     (default lifeboat:dev; the gpu flavour is TAG-gpu)
+#
+# The build image's Debian root is made once with debootstrap and kept as a
+# tarball under ${LIFEBOAT_CACHE:-$HOME/.cache/lifeboat}/docker. Its
+# packages come from LIFEBOAT_DEBIAN_MIRROR when set, else from
+# debootstrap's default mirror.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tag=${1:-lifeboat:dev}
+gputag=$tag-gpu
 . scripts/lib.sh
 ensure_dockerd
-need_pkgs busybox:busybox-static
 
+CACHE=${LIFEBOAT_CACHE:-$HOME/.cache/lifeboat}
+SUITE=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
 goroot=$(go env GOROOT)
 gover=$(go env GOVERSION)
-goimage="lifeboat-go:${gover}-1"
-if ! docker image inspect "$goimage" >/dev/null 2>&1; then
-	log "making $goimage from $goroot (docker import)"
+buildimage="lifeboat-build:${gover}-${SUITE}-1"
+
+# debian_tarball makes (once) the Debian root of the build image: minbase
+# with gcc and the C library's headers for cgo. It prints the tarball's
+# path.
+debian_tarball() {
+	local tarball=$CACHE/docker/debian-$SUITE-minbase-gcc.tar.gz
+	mkdir -p "$CACHE/docker"
+	exec 9>"$CACHE/docker/.lock"
+	flock 9 # another run may be making the same tarball
+	if [ ! -s "$tarball" ]; then
+		need_pkgs debootstrap:debootstrap
+		local root start=$SECONDS
+		root=$(mktemp -d "${TMPDIR:-/tmp}/lifeboat-build-rootfs.XXXXXX")
+		chmod 755 "$root"
+		log "debootstrap --variant=minbase $SUITE (gcc, libc6-dev)${LIFEBOAT_DEBIAN_MIRROR:+ from $LIFEBOAT_DEBIAN_MIRROR}"
+		# With no mirror argument debootstrap takes its own default.
+		if ! debootstrap --variant=minbase --include=gcc,libc6-dev,ca-certificates "$SUITE" "$root" \
+			${LIFEBOAT_DEBIAN_MIRROR:+"$LIFEBOAT_DEBIAN_MIRROR"} >"$root.log" 2>&1; then
+			log "debootstrap failed; its log:"
+			tail -n 30 "$root.log" >&2
+			rm -rf "$root" "$root.log"
+			return 1
+		fi
+		rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/tmp/* "$root.log"
+		tar --numeric-owner -C "$root" -c . | gzip -1 >"$tarball.tmp"
+		mv -f "$tarball.tmp" "$tarball"
+		rm -rf "$root"
+		log "debootstrap and tarball took $((SECONDS - start))s ($(du -h "$tarball" | cut -f1))"
+	fi
+	exec 9>&-
+	echo "$tarball"
+}
+
+if ! docker image inspect "$buildimage" >/dev/null 2>&1; then
+	tarball=$(debian_tarball)
+	log "making $buildimage from $tarball and $goroot (docker import)"
 	stage=$(mktemp -d)
 	trap 'rm -rf "$stage"' EXIT
-	mkdir -p "$stage/usr/local" "$stage/etc/ssl/certs" "$stage/tmp" "$stage/bin"
-	# A static busybox gives the build stage the /bin/sh that RUN needs.
-	cp "$(command -v busybox)" "$stage/bin/busybox"
-	ln -s busybox "$stage/bin/sh"
+	tar --numeric-owner -C "$stage" -xzf "$tarball"
+	mkdir -p "$stage/usr/local"
 	cp -a "$goroot" "$stage/usr/local/go"
 	rm -rf "$stage/usr/local/go/pkg/obj" "$stage/usr/local/go/test" "$stage/usr/local/go/api"
-	cp /etc/ssl/certs/ca-certificates.crt "$stage/etc/ssl/certs/"
+	# This machine's CA bundle: the build reaches the Go module proxy as
+	# this machine does, through whatever TLS it trusts.
+	cp /etc/ssl/certs/ca-certificates.crt "$stage/etc/ssl/certs/ca-certificates.crt"
 	chmod 1777 "$stage/tmp"
-	tar -C "$stage" -c . | docker import - "$goimage" >/dev/null
+	tar --numeric-owner -C "$stage" -c . | docker import \
+		--change 'ENV PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' - "$buildimage" >/dev/null
 fi
-log "building $tag"
-# Host networking lets the build stage reach the Go module proxy the way
-# this machine does.
-DOCKER_BUILDKIT=0 docker build -q --network host --build-arg GO_IMAGE="$goimage" \
-	--build-arg VERSION="$(git describe --always --dirty 2>/dev/null || echo dev)" -t "$tag" . >/dev/null
-docker run --rm "$tag" version
-# The image's binary as PID 1 of a container, supervising a child (itself).
-docker run --rm "$tag" run --log-level warn -- /lifeboat version
+
+version=$(git describe --always --dirty 2>/dev/null || echo dev)
+# Host networking lets the build stages reach the Go module proxy the way
+# this machine does. The legacy builder builds every stage before the
+# target, so the second build is all cached.
+for target in static:"$tag" gpu:"$gputag"; do
+	log "building ${target#*:} (--target ${target%%:*})"
+	DOCKER_BUILDKIT=0 docker build -q --network host --target "${target%%:*}" \
+		--build-arg GO_IMAGE="$buildimage" --build-arg GLIBC_IMAGE="$buildimage" \
+		--build-arg VERSION="$version" -t "${target#*:}" . >/dev/null
+done
+
+# check_flavour IMAGE FLAVOUR: the image's lifeboat says it is FLAVOUR, and
+# runs as PID 1 of a container, supervising a child (itself).
+check_flavour() {
+	local out
+	out=$(docker run --rm "$1" version)
+	echo "$out"
+	case $out in
+	"lifeboat $version $2 "*) ;;
+	*)
+		log "$1: lifeboat version printed '$out'; want the $2 flavour"
+		return 1
+		;;
+	esac
+	docker run --rm "$1" run --log-level warn -- /lifeboat version >/dev/null
+}
+check_flavour "$tag" static
+check_flavour "$gputag" gpu
