@@ -18,6 +18,15 @@ import (
 	"github.com/lifeboat-project/lifeboat/storage"
 )
 
+// ErrUnreadable marks an upload refused because lifeboat may not read a
+// file of the checkpoint (permission denied: a file of mode 000, another
+// user's file, lifeboat running as another user than the trainer). The
+// checkpoint is not stored: without that file it is not whole, and a
+// trainer resumed from it would miss what it saved there. The error also
+// wraps ErrInterrupted and is permanent, so it is reported once and not
+// tried again until the checkpoint's files change (a chmod does).
+var ErrUnreadable = errors.New("lifeboat may not read a file of the checkpoint")
+
 // localFile is a regular file of a checkpoint directory as stat-ed: its
 // identity is what the bytes read from it must still match.
 type localFile struct {
@@ -163,6 +172,10 @@ type readCheck struct {
 // format.ErrTorn.
 func readChunks(ctx context.Context, dir string, f localFile, chunkSize int, pool chan []byte, check readCheck, send func([]byte)) error {
 	fh, err := openBeneath(dir, f.rel)
+	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+		return storage.Permanent(fmt.Errorf("checkpoint: upload %s: %w (uid %d: %v), so %w; make it readable (chmod) or run lifeboat as the user that writes it",
+			f.abs, ErrUnreadable, os.Geteuid(), err, ErrInterrupted))
+	}
 	if err != nil {
 		return fmt.Errorf("checkpoint: upload %s: %w", f.abs, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -65,7 +67,10 @@ type Manifest struct {
 
 // File is one regular file of a snapshot.
 type File struct {
-	Path   string  `json:"path"`   // slash-separated, relative to the checkpoint directory
+	// Path is slash-separated, relative to the checkpoint directory: the
+	// names' bytes as the file system gave them, which need not be UTF-8.
+	// The manifest's JSON holds it as EscapePath writes it.
+	Path   string  `json:"path"`
 	Size   int64   `json:"size"`   // bytes; the sum of Chunks' sizes
 	Mode   uint32  `json:"mode"`   // permission bits only (0o777)
 	Chunks []Chunk `json:"chunks"` // the file's bytes, in order
@@ -91,7 +96,16 @@ func (m *Manifest) Encode() ([]byte, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(m)
+	enc, cloned := *m, false // m's paths are the names' bytes; JSON gets them escaped
+	for i, f := range m.Files {
+		if e := EscapePath(f.Path); e != f.Path {
+			if !cloned {
+				enc.Files, cloned = slices.Clone(m.Files), true
+			}
+			enc.Files[i].Path = e
+		}
+	}
+	b, err := json.Marshal(&enc)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: encode manifest: %w", err)
 	}
@@ -117,6 +131,13 @@ func DecodeManifest(data []byte) (*Manifest, error) {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("checkpoint: decode manifest: data after the manifest object: %w", ErrCorrupt)
+	}
+	for i := range m.Files {
+		p, err := UnescapePath(m.Files[i].Path)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: invalid manifest: %v: %w", err, ErrCorrupt)
+		}
+		m.Files[i].Path = p
 	}
 	if err := m.Validate(); err != nil {
 		return nil, err
@@ -213,18 +234,17 @@ func checkGeneration(g string) error {
 
 // CheckPath returns an error unless p is a clean, relative, slash-separated
 // path that stays inside the directory it is joined to: no leading "/", no
-// "", "." or ".." segment, no backslash or NUL, valid UTF-8, at most
-// MaxPathLen bytes.
+// "", "." or ".." segment, no NUL, at most MaxPathLen bytes. Any other
+// byte is allowed: a Linux file name is bytes, not text (EscapePath is how
+// a manifest holds the ones JSON cannot).
 func CheckPath(p string) error {
 	switch {
 	case p == "":
 		return errors.New("empty file path")
 	case len(p) > MaxPathLen:
 		return fmt.Errorf("file path of %d bytes, over the %d limit", len(p), MaxPathLen)
-	case !utf8.ValidString(p):
-		return fmt.Errorf("file path %q is not valid UTF-8", p)
-	case strings.ContainsAny(p, "\x00\\"):
-		return fmt.Errorf("file path %q contains a NUL or backslash", p)
+	case strings.Contains(p, "\x00"):
+		return fmt.Errorf("file path %q contains a NUL", p)
 	case strings.HasPrefix(p, "/"):
 		return fmt.Errorf("file path %q is absolute", p)
 	}
@@ -234,6 +254,56 @@ func CheckPath(p string) error {
 		}
 	}
 	return nil
+}
+
+// EscapePath writes a file path for a manifest, whose JSON strings hold
+// only UTF-8: each byte that is not part of valid UTF-8, and each
+// backslash, becomes \xHH (two lower-case hex digits); everything else is
+// kept. A path that is valid UTF-8 without a backslash, as nearly all are,
+// is written as it is. UnescapePath reverses it.
+func EscapePath(p string) string {
+	if utf8.ValidString(p) && !strings.Contains(p, "\\") {
+		return p
+	}
+	var b strings.Builder
+	for i := 0; i < len(p); {
+		r, n := utf8.DecodeRuneInString(p[i:])
+		if (r == utf8.RuneError && n == 1) || r == '\\' {
+			fmt.Fprintf(&b, "\\x%02x", p[i])
+		} else {
+			b.WriteString(p[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+// UnescapePath reads a path as EscapePath wrote it. A backslash not
+// followed by x and two lower-case hex digits, or an escape EscapePath
+// would not have written (of a byte that is part of valid UTF-8, other
+// than the backslash), is an error: each path has exactly one spelling.
+func UnescapePath(e string) (string, error) {
+	if !strings.Contains(e, "\\") {
+		return e, nil
+	}
+	b := make([]byte, 0, len(e))
+	for i := 0; i < len(e); i++ {
+		if e[i] != '\\' {
+			b = append(b, e[i])
+			continue
+		}
+		if i+4 > len(e) || e[i+1] != 'x' || !isHex(e[i+2:i+4]) {
+			return "", fmt.Errorf("file path %q: a backslash must start \\xHH", e)
+		}
+		v, _ := strconv.ParseUint(e[i+2:i+4], 16, 8)
+		b = append(b, byte(v))
+		i += 3
+	}
+	p := string(b)
+	if EscapePath(p) != e {
+		return "", fmt.Errorf("file path %q: escapes a byte that needs none", e)
+	}
+	return p, nil
 }
 
 func isHex(s string) bool {

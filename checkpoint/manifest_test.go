@@ -52,6 +52,11 @@ func TestDecodeManifest(t *testing.T) {
 		{"trailing slash", edit(`"path":"opt/state.pdopt"`, `"path":"opt/"`), "segment"},
 		{"backslash", edit(`"path":"empty"`, `"path":"..\\\\x"`), "backslash"},
 		{"nul", edit(`"path":"empty"`, `"path":"a\u0000"`), "NUL"},
+		{"escaped name", edit(`"path":"empty"`, `"path":"bad\\xffname\\x5c"`), ""},
+		{"escape of a plain byte", edit(`"path":"empty"`, `"path":"b\\x41"`), "needs none"},
+		{"escape of valid UTF-8", edit(`"path":"empty"`, `"path":"b\\xc3\\xa9"`), "needs none"},
+		{"upper-case escape", edit(`"path":"empty"`, `"path":"b\\xFF"`), "backslash"},
+		{"escaped NUL", edit(`"path":"empty"`, `"path":"b\\x00"`), "needs none"},
 		{"empty path", edit(`"path":"empty"`, `"path":""`), "empty file path"},
 		{"duplicate path", edit(`"path":"empty"`, `"path":"model.pdparams"`), "sorted or are duplicated"},
 		{"unsorted", edit(`"path":"opt/state.pdopt"`, `"path":"a"`), "sorted"},
@@ -152,5 +157,47 @@ func FuzzDecodeManifest(f *testing.F) {
 		if !bytes.Equal(a, b) {
 			t.Fatalf("round trip changed the manifest:\n%s\n%s", a, b)
 		}
+		for i := range m.Files {
+			if m.Files[i].Path != m2.Files[i].Path {
+				t.Fatalf("round trip changed path %q to %q", m.Files[i].Path, m2.Files[i].Path)
+			}
+		}
 	})
+}
+
+// TestEscapePath: a name that is not UTF-8, or holds a backslash, is
+// written with \xHH escapes and read back byte for byte; other names are
+// written as they are.
+func TestEscapePath(t *testing.T) {
+	for _, tt := range []struct{ raw, esc string }{
+		{"step-1/model.pdparams", "step-1/model.pdparams"},
+		{"caf\xc3\xa9/\xef\xbf\xbd", "caf\xc3\xa9/\xef\xbf\xbd"}, // valid UTF-8, U+FFFD included
+		{"bad\xffname", `bad\xffname`},
+		{`a\b`, `a\x5cb`},
+		{"\xc3", `\xc3`},                      // a truncated sequence
+		{"\xc3\xa9\xc3", "\xc3\xa9" + `\xc3`}, // valid é kept, then a truncated sequence
+	} {
+		if got := EscapePath(tt.raw); got != tt.esc {
+			t.Errorf("EscapePath(%q) = %q, want %q", tt.raw, got, tt.esc)
+		}
+		if got, err := UnescapePath(tt.esc); err != nil || got != tt.raw {
+			t.Errorf("UnescapePath(%q) = %q, %v; want %q", tt.esc, got, err, tt.raw)
+		}
+	}
+	m, err := DecodeManifest(validManifest(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Files[0].Path = "bad\xffname"
+	b, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(`"path":"bad\\xffname"`)) {
+		t.Errorf("encoded manifest does not escape the name:\n%s", b)
+	}
+	m2, err := DecodeManifest(b)
+	if err != nil || m2.Files[0].Path != "bad\xffname" {
+		t.Errorf("decoded name %q, %v; want the bytes back", m2.Files[0].Path, err)
+	}
 }
