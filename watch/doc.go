@@ -24,6 +24,15 @@
 // never stored; each is logged once (at Warn, checkpoint.skipped_special,
 // with its path, its type and the candidate it lies in).
 //
+// A directory the scan may not list (permission denied) does not fail the
+// scan: the candidate it lies in is withheld, since what it holds is
+// unknown and the checkpoint would not be whole without it, and it is
+// logged once (at Warn, checkpoint.unreadable_dir, with its path, the
+// candidate and lifeboat's uid). The other candidates are returned as
+// usual, and the withheld one once the directory can be listed. An
+// exclude pattern that matches the directory's name (lost+found) leaves
+// it out silently.
+//
 // # Grouping
 //
 // Three ways of saving are recognised, in this order of precedence:

@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -17,6 +18,10 @@ type listing struct {
 	files    []File           // regular files, not excluded, markers left out
 	markers  map[string]int64 // directory holding a marker -> its step
 	specials []special        // symlinks, FIFOs, sockets, devices, not excluded
+	// unreadable are the directories under the watched one that could
+	// not be listed (permission denied), not excluded: what they hold is
+	// unknown.
+	unreadable []string
 }
 
 // special is a file that is not a regular file.
@@ -35,6 +40,15 @@ func scanDir(dir, marker string, exclude []string) (listing, error) {
 		if err != nil {
 			if p != dir && os.IsNotExist(err) {
 				return nil // removed while walking
+			}
+			if p != dir && d != nil && d.IsDir() && errors.Is(err, fs.ErrPermission) {
+				// One directory lifeboat may not list (another user's,
+				// lost+found on a volume's root) must not hide every
+				// checkpoint: its own is withheld (Scan), the rest go on.
+				if rel, rerr := filepath.Rel(dir, p); rerr == nil && !excluded(exclude, filepath.ToSlash(rel)) {
+					l.unreadable = append(l.unreadable, filepath.ToSlash(rel))
+				}
+				return filepath.SkipDir
 			}
 			return err
 		}

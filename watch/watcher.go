@@ -176,6 +176,7 @@ func (w *Watcher) Scan(final bool) ([]Ready, error) {
 	}
 	now := w.cfg.Clock()
 	cands := Group(l.files, w.cfg.Marker, l.markers, w.cfg.StepPattern)
+	withheld := w.logUnreadable(l)
 	var busy map[string]bool
 	var out []Ready
 	present := map[string]bool{}
@@ -191,7 +192,7 @@ func (w *Watcher) Scan(final bool) ([]Ready, error) {
 		if event == "" && c.HasStep {
 			w.SetLastStep(c.Step)
 		}
-		if w.done[c.ID] == fp || len(c.Files) == 0 {
+		if w.done[c.ID] == fp || len(c.Files) == 0 || withheld[c.ID] {
 			continue
 		}
 		settled := c.Marker || (final && !w.cfg.WritersInvisible) ||
@@ -223,6 +224,33 @@ func (w *Watcher) Scan(final bool) ([]Ready, error) {
 	w.forget(eventNotACheckpoint, present)
 	w.forget(eventUnmarked, present)
 	return out, nil
+}
+
+// logUnreadable warns once per path about the directories of a scan that
+// lifeboat may not list, and returns the candidates they belong to: those
+// are withheld, since a checkpoint stored without the files it cannot see
+// would not be whole (a trainer resumed from it would miss them). They
+// are stored once the directory can be listed.
+func (w *Watcher) logUnreadable(l listing) map[string]bool {
+	const event = "checkpoint.unreadable_dir"
+	withheld := map[string]bool{}
+	paths := map[string]bool{}
+	var g *grouper
+	for _, d := range l.unreadable {
+		paths[d] = true
+		if g == nil {
+			g = newGrouper(l.markers, w.cfg.StepPattern)
+		}
+		id := g.of(d + "/-").ID // as a file inside it would be grouped
+		withheld[id] = true
+		if w.once(event, d) {
+			w.cfg.Log.Warn(event, "path", d, "id", id, "uid", os.Geteuid(),
+				"effect", "lifeboat may not list this directory (permission denied): the checkpoint it belongs to is not stored until it can; the previous committed checkpoint stays the latest",
+				"hint", "make it readable (chmod), run lifeboat as the user that writes it, or --exclude it if it is not part of a checkpoint")
+		}
+	}
+	w.forget(event, paths)
+	return withheld
 }
 
 // logSpecials warns once per path about the special files of a scan.

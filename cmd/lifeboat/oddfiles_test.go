@@ -216,3 +216,63 @@ func TestUnreadableFileKeepsItsCheckpoint(t *testing.T) {
 		t.Errorf("restored %q, want %q", got, files)
 	}
 }
+
+// TestUnreadableDirWithholdsOnlyItsCheckpoint: a directory lifeboat may not
+// list (a root-owned lost+found at the volume's root, a subdirectory of
+// mode 000 in the newest checkpoint) used to fail every scan, so no
+// checkpoint was ever stored. Now the checkpoint holding it is withheld
+// (said once per directory, at WARN), the others are stored, and once the
+// directory can be listed its checkpoint is stored whole.
+func TestUnreadableDirWithholdsOnlyItsCheckpoint(t *testing.T) {
+	testenv.RequireRoot(t)
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		testenv.Skip(t, "setpriv (util-linux) is not installed")
+	}
+	root := nobodyDir(t)
+	src, store := filepath.Join(root, "ckpt"), filepath.Join(root, "store")
+	files := map[string]string{"step-1/model.bin": "weights 1", "step-2/model.bin": "weights 2", "step-2/opt/state.bin": "optimizer 2"}
+	writeTreeBytes(t, src, files)
+	if out, err := exec.Command("chown", "-R", "nobody:nogroup", root).CombinedOutput(); err != nil {
+		t.Fatalf("chown: %v %s", err, out)
+	}
+	lost := filepath.Join(src, "lost+found")
+	if err := os.Mkdir(lost, 0o700); err != nil { // root's, as mkfs leaves it
+		t.Fatal(err)
+	}
+	opt := filepath.Join(src, "step-2", "opt")
+	if err := os.Chmod(opt, 0); err != nil {
+		t.Fatal(err)
+	}
+	p := startAsNobody(t, nil, "sidecar", "--store", "file://"+store, "--dir", src, "--settle", "200ms", "--scan-interval", "100ms")
+	waitFor(t, p, func() bool { return strings.Contains(p.stderr.String(), `"msg":"checkpoint.committed"`) })
+	time.Sleep(time.Second) // 10 scans
+	log := p.stderr.String()
+	if !strings.Contains(log, `"msg":"checkpoint.committed","id":"dir:step-1"`) {
+		t.Errorf("step 1 was not the one committed:\n%s", log)
+	}
+	for _, dir := range []string{`"path":"lost+found"`, `"path":"step-2/opt"`} {
+		if n := strings.Count(log, dir); n != 1 {
+			t.Errorf("%s was reported %d times, want once:\n%s", dir, n, log)
+		}
+	}
+	if strings.Contains(log, "checkpoint.scan_failed") {
+		t.Errorf("a scan failed:\n%s", log)
+	}
+	if err := os.Chmod(opt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, p, func() bool {
+		return strings.Contains(p.stderr.String(), `"msg":"checkpoint.committed","id":"dir:step-2"`)
+	})
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(); code != 0 {
+		t.Fatalf("sidecar exit %d; stderr:\n%s", code, p.stderr.String())
+	}
+	dst := filepath.Join(t.TempDir(), "restored")
+	if code, out, errOut := lbRun(t, nil, "restore", "--store", "file://"+store, "--dir", dst); code != 0 {
+		t.Fatalf("restore: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if got := treeBytes(t, dst); got["step-2/opt/state.bin"] != "optimizer 2" || got["step-2/model.bin"] != "weights 2" {
+		t.Errorf("restored %q, want step 2 whole", got)
+	}
+}
