@@ -3,146 +3,14 @@ package main
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"io"
-	"net"
 	"net/url"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/internal/testenv"
 )
-
-// faultProxy is a TCP proxy of the test's own between lifeboat and MinIO.
-// Its mode says what a new connection gets: forwarded, reset at once, or
-// an HTTP 503; down also drops the connections already open.
-type faultProxy struct {
-	ln     net.Listener
-	target string
-	mode   atomic.Value // "forward", "slow" (answers at 16 MiB/s), "reset", "503", "hang" (never answers)
-	mu     sync.Mutex
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-func newFaultProxy(t *testing.T, target string) *faultProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &faultProxy{ln: ln, target: target}
-	p.mode.Store("forward")
-	p.wg.Go(p.accept)
-	t.Cleanup(func() {
-		p.ln.Close()
-		p.drop()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *faultProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		switch p.mode.Load().(string) {
-		case "reset":
-			if tc, ok := c.(*net.TCPConn); ok {
-				_ = tc.SetLinger(0) // RST, not FIN
-			}
-			c.Close()
-			continue
-		case "hang": // accepts and never answers: a black-holed endpoint
-			p.mu.Lock()
-			p.conns = append(p.conns, c)
-			p.mu.Unlock()
-			continue
-		case "503":
-			p.wg.Go(func() {
-				defer c.Close()
-				_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-				buf := make([]byte, 4096)
-				_, _ = c.Read(buf)
-				_, _ = io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n")
-			})
-			continue
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, up)
-		p.mu.Unlock()
-		p.wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })
-		if p.mode.Load().(string) == "slow" {
-			p.wg.Go(func() { _, _ = slowCopy(c, up); c.Close() })
-		} else {
-			p.wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
-		}
-	}
-}
-
-// slowCopy copies src to dst at about 16 MiB/s: a slow link, so that a
-// transfer is still under way when a test acts.
-func slowCopy(dst io.Writer, src io.Reader) (int64, error) {
-	buf := make([]byte, 64<<10)
-	var n int64
-	for {
-		k, err := src.Read(buf)
-		if k > 0 {
-			if _, werr := dst.Write(buf[:k]); werr != nil {
-				return n, werr
-			}
-			n += int64(k)
-			time.Sleep(time.Duration(k) * time.Second / (16 << 20))
-		}
-		if err != nil {
-			return n, err
-		}
-	}
-}
-
-// set switches the mode; any mode but forward also drops open connections.
-func (p *faultProxy) set(mode string) {
-	p.mode.Store(mode)
-	if mode != "forward" {
-		p.drop()
-	}
-}
-
-// stop closes the listening socket, so that connections are refused as by
-// a stopped server; start listens again on the same address.
-func (p *faultProxy) stop() {
-	p.ln.Close()
-	p.drop()
-}
-
-func (p *faultProxy) start(t *testing.T) {
-	t.Helper()
-	ln, err := net.Listen("tcp", p.ln.Addr().String())
-	if err != nil {
-		t.Fatalf("listen again on %s: %v", p.ln.Addr(), err)
-	}
-	p.ln = ln
-	p.wg.Go(p.accept)
-}
-
-func (p *faultProxy) drop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
 
 // TestStoreOutage: the store goes away for 60 s in the middle of training
 // (20 s refusing connections as a stopped server does, 20 s resetting
@@ -155,11 +23,11 @@ func TestStoreOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := newFaultProxy(t, u.Host)
+	proxy := testenv.NewFaultProxy(t, u.Host)
 	b := make([]byte, 5)
 	_, _ = rand.Read(b)
 	store := "s3://lifeboat-outage-" + hex.EncodeToString(b) + "/job"
-	env := []string{"AWS_ENDPOINT_URL=http://" + proxy.ln.Addr().String(), "AWS_ACCESS_KEY_ID=" + m.AccessKey,
+	env := []string{"AWS_ENDPOINT_URL=" + proxy.URL(), "AWS_ACCESS_KEY_ID=" + m.AccessKey,
 		"AWS_SECRET_ACCESS_KEY=" + m.SecretKey, "AWS_REGION=us-east-1", "LIFEBOAT_CREATE_BUCKET=true", "TRAINER_EVERY=50"}
 	dir := t.TempDir()
 	tr := startTrainer(t, env, "run", "--store", store, "--dir", dir, "--settle", "100ms", "--scan-interval", "100ms",
@@ -174,7 +42,7 @@ func TestStoreOutage(t *testing.T) {
 	before := committed()
 
 	// The outage: refused for 20 s, reset for 20 s, 503 for 20 s.
-	proxy.stop()
+	proxy.Stop()
 	start := time.Now()
 	outageEnd := start.Add(60 * time.Second)
 	phase := "refused"
@@ -183,11 +51,11 @@ func TestStoreOutage(t *testing.T) {
 		switch el := time.Since(start); {
 		case phase == "refused" && el > 20*time.Second:
 			phase = "reset"
-			proxy.set("reset")
-			proxy.start(t)
+			proxy.Set(testenv.Reset)
+			proxy.Start(t)
 		case phase == "reset" && el > 40*time.Second:
 			phase = "503"
-			proxy.set("503")
+			proxy.Set(testenv.Unavailable)
 		}
 		if e := tr.next(t); e.Event == "saved" {
 			savedDuring, lastSaved = e.Step, e.Step
@@ -199,7 +67,7 @@ func TestStoreOutage(t *testing.T) {
 	if savedDuring == 0 {
 		t.Fatalf("the trainer saved nothing during the outage: it must keep training")
 	}
-	proxy.set("forward")
+	proxy.Set(testenv.Forward)
 	// Uploads resume: a checkpoint saved after the outage began gets committed.
 	for deadline := time.Now().Add(hangLimit * 3); committed() <= before; {
 		select {

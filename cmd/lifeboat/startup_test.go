@@ -54,20 +54,16 @@ func TestStopWhileOpeningTheStore(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			u, _ := url.Parse(m.Endpoint)
-			proxy := newFaultProxy(t, u.Host)
-			proxy.set("hang")
+			proxy := testenv.NewFaultProxy(t, u.Host)
+			proxy.Set(testenv.Hang)
 			root := t.TempDir()
 			termLog := filepath.Join(root, "termination-log")
 			started := filepath.Join(root, "started")
-			env := []string{"AWS_ENDPOINT_URL=http://" + proxy.ln.Addr().String(), "AWS_ACCESS_KEY_ID=" + m.AccessKey,
+			env := []string{"AWS_ENDPOINT_URL=" + proxy.URL(), "AWS_ACCESS_KEY_ID=" + m.AccessKey,
 				"AWS_SECRET_ACCESS_KEY=" + m.SecretKey, "AWS_REGION=us-east-1"}
 			p := startEnv(t, mode, env, "run", "--store", "s3://lifeboat-startup/job", "--dir", filepath.Join(root, "ckpt"),
 				"--termination-log", termLog, "--", "touch", started)
-			waitFor(t, p, func() bool {
-				proxy.mu.Lock()
-				defer proxy.mu.Unlock()
-				return len(proxy.conns) > 0 // lifeboat is waiting for the store
-			})
+			waitFor(t, p, func() bool { return proxy.Accepted() > 0 }) // lifeboat is waiting for the store
 			p.signal(syscall.SIGTERM)
 			stopDuringStartup(t, p, termLog, "", started)
 		})
@@ -76,16 +72,12 @@ func TestStopWhileOpeningTheStore(t *testing.T) {
 	for _, cmd := range []string{"sidecar", "restore"} {
 		t.Run(cmd, func(t *testing.T) {
 			u, _ := url.Parse(m.Endpoint)
-			proxy := newFaultProxy(t, u.Host)
-			proxy.set("hang")
-			env := []string{"AWS_ENDPOINT_URL=http://" + proxy.ln.Addr().String(), "AWS_ACCESS_KEY_ID=" + m.AccessKey,
+			proxy := testenv.NewFaultProxy(t, u.Host)
+			proxy.Set(testenv.Hang)
+			env := []string{"AWS_ENDPOINT_URL=" + proxy.URL(), "AWS_ACCESS_KEY_ID=" + m.AccessKey,
 				"AWS_SECRET_ACCESS_KEY=" + m.SecretKey, "AWS_REGION=us-east-1"}
 			p := startEnv(t, "plain", env, cmd, "--store", "s3://lifeboat-startup/job", "--dir", filepath.Join(t.TempDir(), "ckpt"))
-			waitFor(t, p, func() bool {
-				proxy.mu.Lock()
-				defer proxy.mu.Unlock()
-				return len(proxy.conns) > 0
-			})
+			waitFor(t, p, func() bool { return proxy.Accepted() > 0 })
 			p.signal(syscall.SIGTERM)
 			stopDuringStartup(t, p, "", "", "")
 		})
@@ -115,14 +107,14 @@ func TestStopWhileRestoring(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			u, _ := url.Parse(m.Endpoint)
-			proxy := newFaultProxy(t, u.Host)
-			proxy.set("slow")
+			proxy := testenv.NewFaultProxy(t, u.Host)
+			proxy.Set(testenv.Slow)
 			root := t.TempDir()
 			dir := filepath.Join(root, "ckpt")
 			termLog := filepath.Join(root, "termination-log")
 			started := filepath.Join(root, "started")
 			env := append([]string{}, direct...)
-			env[0] = "AWS_ENDPOINT_URL=http://" + proxy.ln.Addr().String()
+			env[0] = "AWS_ENDPOINT_URL=" + proxy.URL()
 			p := startEnv(t, mode, env, "run", "--store", store, "--dir", dir,
 				"--termination-log", termLog, "--", "touch", started)
 			waitFor(t, p, func() bool {
@@ -140,11 +132,11 @@ func TestStopWhileRestoring(t *testing.T) {
 	}
 	t.Run("restore", func(t *testing.T) {
 		u, _ := url.Parse(m.Endpoint)
-		proxy := newFaultProxy(t, u.Host)
-		proxy.set("slow")
+		proxy := testenv.NewFaultProxy(t, u.Host)
+		proxy.Set(testenv.Slow)
 		dir := filepath.Join(t.TempDir(), "ckpt")
 		env := append([]string{}, direct...)
-		env[0] = "AWS_ENDPOINT_URL=http://" + proxy.ln.Addr().String()
+		env[0] = "AWS_ENDPOINT_URL=" + proxy.URL()
 		p := startEnv(t, "plain", env, "restore", "--store", store, "--dir", dir)
 		waitFor(t, p, func() bool {
 			ents, _ := os.ReadDir(dir)
