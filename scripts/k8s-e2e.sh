@@ -211,7 +211,7 @@ cleanup() {
 		# Shims this containerd started (their -address is its socket).
 		local p
 		for p in /proc/[0-9]*; do
-			if { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -qF -- "-address $W/containerd/containerd.sock"; then
+			if { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -F -- "-address $W/containerd/containerd.sock" >/dev/null; then
 				kill -KILL "${p#/proc/}" 2>/dev/null
 			fi
 		done
@@ -640,7 +640,9 @@ podlog() {
 		cat "$W/keep/${1}_${2}_"*/"$3/$f"
 	done | sed -E 's/^[^ ]+ (stdout|stderr) [FP] //'
 }
-log_has() { podlog "$1" "$2" "$3" | grep -Eq -- "$4"; }
+# (grep reads all of it: with pipefail, grep -q's early exit would fail
+# the pipeline with podlog's SIGPIPE.)
+log_has() { podlog "$1" "$2" "$3" | grep -E -- "$4" >/dev/null; }
 
 # last_field NS POD CONTAINER EVENT FIELD: FIELD of lifeboat's last EVENT
 # log line (numbers, booleans and strings).
@@ -720,7 +722,8 @@ failed_count() { local n; n=$(job_field "$1" "$2" .status.failed); echo "${n:-0}
 # newest NS STORE-PATH: "step id" of the complete checkpoint committed
 # last, from `lifeboat ls --json` (one id per rank: the first).
 newest() {
-	AWS_ACCESS_KEY_ID=$MINIO_USER AWS_SECRET_ACCESS_KEY=$MINIO_PASS AWS_ENDPOINT_URL=$ENDPOINT AWS_REGION=us-east-1 \
+	env -u AWS_SESSION_TOKEN -u AWS_CA_BUNDLE -u AWS_PROFILE -u AWS_SHARED_CREDENTIALS_FILE \
+		AWS_ACCESS_KEY_ID=$MINIO_USER AWS_SECRET_ACCESS_KEY=$MINIO_PASS AWS_ENDPOINT_URL=$ENDPOINT AWS_REGION=us-east-1 \
 		"$W/lifeboat" ls --store "s3://$BUCKET/$1/$2" --json | python3 -c '
 import json, sys
 c = [r for r in json.load(sys.stdin) if r["complete"]]
@@ -866,7 +869,7 @@ config_error() {
 	wait_until 90 "the Job to fail" job_condition "$ns" train-example Failed || die "[$ns] the Job did not fail"
 	expect "[$ns] $p1 trainer exit code" "$(exit_code "$ns" "$p1" trainer)" 2
 	expect "[$ns] Job failure reason" "$(kc get job -n "$ns" train-example -o jsonpath='{.status.conditions[?(@.type=="Failed")].reason}')" PodFailurePolicy
-	if podlog "$ns" "$p1" trainer | grep -q -- '--workers (LIFEBOAT_WORKERS)'; then
+	if log_has "$ns" "$p1" trainer '--workers \(LIFEBOAT_WORKERS\)'; then
 		pass "[$ns] lifeboat named the flag: $(podlog "$ns" "$p1" trainer | grep -- '--workers (LIFEBOAT_WORKERS)' | head -n 1)"
 	else
 		fail "[$ns] lifeboat's output does not name --workers (LIFEBOAT_WORKERS)"
@@ -1003,6 +1006,53 @@ restoring() {
 	kc delete job -n "$ns" train-example --wait=false >/dev/null
 }
 
+# bench NS: not a test (bench/k8s.sh runs it): one preemption of job.yaml,
+# timed from the urgent pod's creation to the replacement's trainer running
+# from the restored step, split by the clocks of this machine (the
+# containers' log lines and lifeboat's own log times).
+bench() {
+	local ns=$1 t0
+	gpus 1
+	apply_job "$ns" job.yaml '{}'
+	wait_until 60 "the first pod" has_pod "$ns" 1 || die "[$ns] the Job made no pod"
+	local p1 p2
+	p1=$(nth_pod "$ns" 1)
+	wait_until 120 "a commit" log_has "$ns" "$p1" trainer '"msg":"checkpoint.committed"' || die "[$ns] $p1 committed no checkpoint"
+	t0=$(date +%s.%N)
+	urgent "$ns" urgent 1
+	wait_until 120 "a replacement pod" has_pod "$ns" 2 || die "[$ns] the Job made no replacement"
+	p2=$(nth_pod "$ns" 2)
+	wait_until 120 "$p2's trainer to start" trainer_started "$ns" "$p2" || die "[$ns] $p2's trainer did not start"
+	podlog "$ns" "$p1" trainer >"$W/$ns-p1.log"
+	podlog "$ns" "$p2" trainer >"$W/$ns-p2.log"
+	local uid
+	uid=$(ls -d "$W/keep/${ns}_${p2}_"* | head -n 1)
+	python3 - "$t0" "$W/$ns-p1.log" "$W/$ns-p2.log" "$(cat "$uid"/trainer/*.log | head -n 1 | cut -d' ' -f1)" \
+		"$(grep -h ' stdout [FP] trainer: resumed from' "$uid"/trainer/*.log | head -n 1 | cut -d' ' -f1)" <<-'PY'
+		import datetime, json, sys
+		def ts(s):
+		    d, frac = s.rstrip("Z").split(".")
+		    t = datetime.datetime.strptime(d, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.timezone.utc).timestamp()
+		    return t + float("0." + frac)
+		def event(f, msg):
+		    for line in open(f):
+		        if '"msg":"%s"' % msg in line:
+		            return ts(json.loads(line)["time"])
+		    raise SystemExit("bench: no %s in %s" % (msg, f))
+		t0 = float(sys.argv[1])
+		term = event(sys.argv[2], "supervisor.stopping")
+		child = event(sys.argv[2], "supervisor.child_exited")
+		exit_ = event(sys.argv[2], "supervisor.exit")
+		start = ts(sys.argv[4])
+		restored = event(sys.argv[3], "resume.restored")
+		resumed = ts(sys.argv[5])
+		parts = [("scheduler", term - t0), ("grace", child - term), ("flush", exit_ - child),
+		         ("pod_start", start - exit_), ("restore", restored - start), ("load", resumed - restored),
+		         ("total", resumed - t0)]
+		print("k8s-bench: " + " ".join("%s=%.3fs" % p for p in parts))
+	PY
+}
+
 # --- main ------------------------------------------------------------------
 
 t0=$SECONDS
@@ -1052,6 +1102,11 @@ for sc in "${SCENARIOS[@]}"; do
 	f)
 		new_ns sc-f "an Indexed Job of two ranks, one preempted"
 		ranks
+		;;
+	bench)
+		bench_runs=$((${bench_runs:-0} + 1))
+		new_ns "sc-bench-$bench_runs" "bench: preemption to resumed trainer, timed"
+		bench "sc-bench-$bench_runs"
 		;;
 	*) die "unknown scenario $sc" ;;
 	esac
