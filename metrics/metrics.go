@@ -120,7 +120,7 @@ func New(version string, opts ...Option) *Metrics {
 	m.throughput = gauge("lifeboat_upload_throughput_bytes_per_second", "Measured upload throughput of new data.")
 	m.retries = counter("lifeboat_upload_retries_total", "Storage operations retried.")
 	m.failures = counter("lifeboat_upload_failures_total", "Checkpoint uploads that failed.")
-	m.interrupted = counter("lifeboat_checkpoints_interrupted_total", "Checkpoints never stored because their save was cut short (a writer died mid-save, or a format check found a file torn).")
+	m.interrupted = counter("lifeboat_checkpoints_interrupted_total", "Checkpoints never stored because their save was cut short (a writer died mid-save, a format check found a file torn, or a file lifeboat may not read).")
 	m.notices = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lifeboat_preemption_notices_total",
 		Help: "Preemption notices received, by source: one per cloud notice (aws, gcp, url, other) and one per stop signal received (signal).",

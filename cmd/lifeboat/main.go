@@ -78,8 +78,10 @@ Usage:
   lifeboat sidecar --store URL --dir DIR upload a trainer's checkpoints from a shared volume
   lifeboat restore --store URL --dir DIR fetch the newest complete checkpoint (init container)
   lifeboat ls --store URL [--json]       list checkpoints
-  lifeboat verify --store URL [STEP]     check checkpoints for missing or corrupt data
-  lifeboat prune --store URL --keep N    delete all but the newest N checkpoints
+  lifeboat verify --store URL [--read-data-subset all|none|n/t] [STEP|latest|all]
+                                         check checkpoints for missing or corrupt data
+  lifeboat prune --store URL --keep N [--min-chunk-age D]
+                                         delete all but the newest N checkpoints
   lifeboat doctor [--store URL] [--json] GPUs seen and what the trainer gets, memory plan, store reachability
   lifeboat version                       print the version and the build flavour (static or gpu)
   lifeboat help [COMMAND]                show this help, or a command's flags

@@ -356,7 +356,7 @@ func (o *restoreOptions) validate() error {
 func (o *verifyOptions) validate() error {
 	if o.subset != "" {
 		if _, err := checkpoint.ParseSubset(o.subset); err != nil {
-			return bad("read-data-subset", o.subset, `give n/t with 1 <= n <= t (for example 1/5), or "all"`)
+			return bad("read-data-subset", o.subset, `give all (read every chunk), none (presence and sizes only) or n/t with 1 <= n <= t (for example 1/5)`)
 		}
 	}
 	return firstErr(o.common.validate(), o.store.validate())
