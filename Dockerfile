@@ -11,11 +11,11 @@
 #   without GPUs; GPU requests are passed on to the trainer unchecked.
 # gpu: built with cgo and linked against glibc, so that go-nvml can load
 #   libnvidia-ml.so.1 at run time and lifeboat checks GPUs with NVML. It runs
-#   in images with glibc (Paddle's are), and only where that glibc is at
-#   least as new as the one it was linked against: it is built on
-#   GLIBC_IMAGE, Debian bullseye (glibc 2.31, as Ubuntu 20.04's), so it runs
-#   on that glibc and every newer one. Its image is GLIBC_IMAGE with
-#   /lifeboat.
+#   in images with glibc (Paddle's are). A binary needs the newest glibc
+#   symbol version it was linked against: built on glibc 2.34 or newer it
+#   would need 2.34 and not start on Ubuntu 20.04 (2.31). So it is built on
+#   GLIBC_IMAGE, Debian bullseye (glibc 2.31), where it asks for nothing
+#   newer than GLIBC_2.3.3. Its image is GLIBC_IMAGE with /lifeboat.
 #
 # Trainer images copy /lifeboat out of either (images/paddle, images/example
 # take the gpu one):

@@ -514,9 +514,11 @@ func checkLifeboatEnv(t *testing.T, where string, env map[string]string) {
 }
 
 // glibcOf is the glibc of the images GLIBC_IMAGE may default to. The gpu
-// flavour needs at run time a glibc at least as new as the one it was
-// linked against, so it is built on an old one: no newer than Ubuntu
-// 20.04's 2.31.
+// flavour needs at run time the newest glibc symbol version it was linked
+// against: linked against glibc 2.34 or newer it needs 2.34 (the release
+// that moved libpthread into libc), so it is built on an older one, no
+// newer than Ubuntu 20.04's 2.31 (on Debian bullseye it needs only
+// GLIBC_2.3.3).
 var glibcOf = map[string]string{
 	"debian:bullseye-slim": "2.31",
 	"debian:bullseye":      "2.31",
