@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lifeboat-project/lifeboat/internal/testenv"
 	"github.com/lifeboat-project/lifeboat/signals"
 )
 
@@ -16,7 +17,7 @@ import (
 // (CGO_ENABLED), and that only the gpu flavour holds go-nvml.
 func TestVersionFlavour(t *testing.T) {
 	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("no C compiler for the gpu flavour (cgo): install gcc")
+		testenv.Skip(t, "no C compiler for the gpu flavour (cgo): install gcc")
 	}
 	dir := t.TempDir()
 	for _, tc := range []struct {
