@@ -8,7 +8,8 @@
 #
 # With CI set (or LIFEBOAT_TEST_DISALLOW_SKIP=1) a test that would skip for a
 # missing prerequisite fails instead. LIFEBOAT_TEST_DOCKER=0 leaves out the
-# image build.
+# image build; LIFEBOAT_K8S_E2E=0 leaves out the preemption on a one-node
+# Kubernetes cluster (scripts/k8s-e2e.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -69,5 +70,12 @@ if [ "${LIFEBOAT_TEST_DOCKER:-1}" != 0 ] && (($# == 0)); then
 	scripts/docker-build.sh >&2
 	log "Docker end to end: preempt with docker stop, resume with docker run"
 	LIFEBOAT_E2E_REUSE_IMAGE=1 scripts/docker-e2e.sh >&2
+fi
+if [ "${LIFEBOAT_K8S_E2E:-1}" != 0 ] && (($# == 0)); then
+	log "Kubernetes end to end: preemption on a one-node cluster from deploy/k8s"
+	# The Docker step has just built lifeboat:dev and the trainer image.
+	reuse=0
+	[ "${LIFEBOAT_TEST_DOCKER:-1}" != 0 ] && reuse=1
+	LIFEBOAT_K8S_REUSE_IMAGES=$reuse scripts/k8s-e2e.sh >&2
 fi
 log "all tests passed"
