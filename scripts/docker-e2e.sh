@@ -8,7 +8,7 @@
 # made with debootstrap from the Debian mirror apt is configured with, and
 # imported as lifeboat-e2e-base:SUITE; its rootfs tarball is kept under
 # ${LIFEBOAT_CACHE:-$HOME/.cache/lifeboat}/e2e, so later runs (and a fresh
-# dockerd) skip the debootstrap. lifeboat:dev comes from
+# dockerd) skip the debootstrap. lifeboat:dev-gpu (the trainer's lifeboat) comes from
 # scripts/docker-build.sh; the trainer image from images/e2e/Dockerfile.
 #
 # Each cycle: run the example trainer detached with --dir on a tmpfs, wait
@@ -19,7 +19,7 @@
 # (--network host) unless LIFEBOAT_E2E_S3=0: the server LIFEBOAT_TEST_S3_*
 # names (scripts/test.sh starts one), else one from scripts/minio.sh.
 #
-# LIFEBOAT_E2E_REUSE_IMAGE=1 uses an existing lifeboat:dev instead of
+# LIFEBOAT_E2E_REUSE_IMAGE=1 uses the existing lifeboat:dev and :dev-gpu instead of
 # running scripts/docker-build.sh (scripts/test.sh has just built it).
 # Exits non-zero when a check fails; the last line is
 # `docker-e2e: N passed, N failed`.
@@ -247,8 +247,9 @@ cycle() {
 t_all=$SECONDS
 ensure_dockerd
 timed base ensure_base
-if [ "${LIFEBOAT_E2E_REUSE_IMAGE:-0}" = 1 ] && docker image inspect lifeboat:dev >/dev/null 2>&1; then
-	log "using the existing lifeboat:dev"
+if [ "${LIFEBOAT_E2E_REUSE_IMAGE:-0}" = 1 ] && docker image inspect lifeboat:dev >/dev/null 2>&1 &&
+	docker image inspect lifeboat:dev-gpu >/dev/null 2>&1; then
+	log "using the existing lifeboat:dev and lifeboat:dev-gpu"
 else
 	log "building lifeboat:dev (scripts/docker-build.sh)"
 	timed lifeboat-image scripts/docker-build.sh >&2
@@ -257,7 +258,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/lifeboat-e2e.XXXXXX")
 mkdir -p "$work/store"
 log "building $TRAINER_IMAGE from images/e2e/Dockerfile"
 if ! timed trainer-image env DOCKER_BUILDKIT=0 docker build -q -f images/e2e/Dockerfile \
-	--build-arg BASE="$BASE_IMAGE" --build-arg LIFEBOAT_IMAGE=lifeboat:dev -t "$TRAINER_IMAGE" . >"$work/build.log" 2>&1; then
+	--build-arg BASE="$BASE_IMAGE" --build-arg LIFEBOAT_IMAGE=lifeboat:dev-gpu -t "$TRAINER_IMAGE" . >"$work/build.log" 2>&1; then
 	cat "$work/build.log" >&2
 	fail "building $TRAINER_IMAGE"
 	exit 1

@@ -28,6 +28,7 @@ type doctorOptions struct {
 // doctorReport is what `lifeboat doctor` found. It holds no credentials.
 type doctorReport struct {
 	Version     string       `json:"version"`
+	Flavour     string       `json:"flavour"` // static or gpu (version.go)
 	PID1        bool         `json:"pid1"`
 	GPU         *gpuPlan     `json:"gpu"`
 	GPUError    string       `json:"gpu_error,omitempty"`
@@ -91,7 +92,7 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if !ok {
 		return 2
 	}
-	rep := doctorReport{Version: version, PID1: os.Getpid() == 1}
+	rep := doctorReport{Version: version, Flavour: flavour(), PID1: os.Getpid() == 1}
 	gp, gpuErr := o.gpu.plan(os.Environ(), slog.New(slog.DiscardHandler))
 	if gpuErr != nil {
 		rep.GPUError, rep.Failed = gpuErr.Error(), true
@@ -146,7 +147,7 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	w := &strings.Builder{}
-	fmt.Fprintf(w, "lifeboat %s (PID 1: %v)\n\nGPUs\n", rep.Version, rep.PID1)
+	fmt.Fprintf(w, "lifeboat %s, %s flavour (PID 1: %v)\n\nGPUs\n", rep.Version, rep.Flavour, rep.PID1)
 	if rep.GPUError != "" {
 		fmt.Fprintf(w, "  FAILED: %s\n", rep.GPUError)
 	} else if gp == nil {

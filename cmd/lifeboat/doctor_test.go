@@ -57,6 +57,12 @@ func TestDoctorJSONKeys(t *testing.T) {
 		t.Fatalf("doctor --json: %v\n%s", err, out)
 	}
 	assertSnakeCase(t, out)
+	var got struct {
+		Flavour string `json:"flavour"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil || got.Flavour != flavour() {
+		t.Errorf("doctor --json flavour = %q (%v), want %q as lifeboat version says", got.Flavour, err, flavour())
+	}
 
 	rep := doctorReport{
 		GPU: &gpuPlan{Inventory: []gpu.Device{{UUID: "GPU-1", MIGEnabled: true, MIG: []gpu.MIGDevice{{UUID: "MIG-1"}}}}},

@@ -73,11 +73,11 @@
 // imports it is in files tagged cgo (nvml.go, nvml_test.go); parsing,
 // planning, memory and watchdog logic are plain Go and build and test with
 // CGO_ENABLED=0. Without cgo, Open (nvml_nocgo.go) returns "NVML support not
-// compiled in (built with CGO_ENABLED=0)", wrapping ErrNoNVML. The release
-// binary, static and FROM scratch, is built that way: it therefore always
+// compiled in", wrapping ErrNoNVML. The static flavour (FROM scratch,
+// sidecars) is built that way: it therefore always
 // plans unchecked, from NVIDIA_VISIBLE_DEVICES and --gpus as given, accepts
 // --gpu-memory-limit only in MiB, and has no watchdog; lifeboat run refuses
-// --gpu-memory-policy term or kill there when a GPU is visible. A cgo build (with
-// a libc in the image) gets the checks, "auto" and the watchdog; it still
+// --gpu-memory-policy term or kill there when a GPU is visible. The gpu flavour (cgo,
+// glibc) gets the checks, "auto" and the watchdog; it still
 // runs where no driver is installed, since libnvidia-ml is loaded at run time.
 package gpu
