@@ -50,6 +50,7 @@ fuzz:
 	go test -run '^$$' -fuzz FuzzParseURL -fuzztime $(FUZZTIME) ./storage/
 	go test -run '^$$' -fuzz FuzzParseRewrite -fuzztime $(FUZZTIME) ./signals/
 	go test -run '^$$' -fuzz FuzzParseDevices -fuzztime $(FUZZTIME) ./limits/gpu/
+	go test -run '^$$' -fuzz FuzzPickleStream -fuzztime $(FUZZTIME) ./format/
 
 # The long crash-consistency run: 200 kill -9 trials per store kind.
 crash:

@@ -46,7 +46,7 @@ if (($# == 0)); then
 	log "Python helper and example trainer"
 	scripts/python-test.sh
 	log "fuzzing each target briefly (make fuzz runs them long)"
-	for target in FuzzDecodeManifest:./checkpoint/ FuzzParseURL:./storage/ FuzzParseRewrite:./signals/ FuzzParseDevices:./limits/gpu/; do
+	for target in FuzzDecodeManifest:./checkpoint/ FuzzParseURL:./storage/ FuzzParseRewrite:./signals/ FuzzParseDevices:./limits/gpu/ FuzzPickleStream:./format/; do
 		# go's fuzzing engine can miss its own deadline while it minimises a
 		# new input on a busy machine ("context deadline exceeded", no
 		# failing input): that, and only that, is run once more.
@@ -63,6 +63,8 @@ if (($# == 0)); then
 	done
 	log "the README's demo (scripts/demo.sh)"
 	scripts/demo.sh >/dev/null 2>&1 || { log "scripts/demo.sh failed; run it to see why"; exit 1; }
+	log "both build flavours for linux/amd64 and linux/arm64, the arm64 ones tested under qemu"
+	scripts/cross-test.sh >&2
 fi
 
 if [ "${LIFEBOAT_TEST_DOCKER:-1}" != 0 ] && (($# == 0)); then
