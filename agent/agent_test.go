@@ -19,6 +19,7 @@ import (
 	"github.com/lifeboat-project/lifeboat/watch"
 )
 
+// noWait retries up to 2 times without sleeping.
 func noWait(attempt int) (time.Duration, bool) { return 0, attempt <= 2 }
 
 // setup returns an agent over dir and store with a fast interval; settle
@@ -30,7 +31,7 @@ func setup(t *testing.T, dir string, s storage.Store, settle, interval time.Dura
 		t.Fatal(err)
 	}
 	a, err := New(Config{Dir: dir, Watcher: w, WorldSize: 1, Interval: interval,
-		Uploader: &checkpoint.Uploader{Store: s, ChunkSize: 64 << 10, Backoff: noWait}})
+		Uploader: &checkpoint.Uploader{Store: storage.Retry(s, storage.RetryPolicy{Backoff: noWait}), ChunkSize: 64 << 10}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestFlushCommitsLastCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := t.TempDir()
-	res, err := checkpoint.RestoreLatest(context.Background(), s, 0, out, checkpoint.RestoreOptions{Backoff: noWait})
+	res, err := checkpoint.RestoreLatest(context.Background(), s, 0, out, checkpoint.RestoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func TestFlushDoesNotListChunks(t *testing.T) {
 		t.Errorf("the final flush listed the store's chunks %d times, want 0", n)
 	}
 	out := t.TempDir()
-	res, err := checkpoint.RestoreLatest(context.Background(), inner, 0, out, checkpoint.RestoreOptions{Backoff: noWait})
+	res, err := checkpoint.RestoreLatest(context.Background(), inner, 0, out, checkpoint.RestoreOptions{})
 	if err != nil || res.Step != 2 {
 		t.Fatalf("RestoreLatest = %+v, %v; want step 2", res, err)
 	}
@@ -197,12 +198,12 @@ func TestRestoredIsNotUploadedAgain(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	src, s := t.TempDir(), mem.New()
 	writeFile(t, filepath.Join(src, "step-5", "model.bin"), 100<<10, 3)
-	u := &checkpoint.Uploader{Store: s, ChunkSize: 64 << 10, Backoff: noWait}
+	u := &checkpoint.Uploader{Store: s, ChunkSize: 64 << 10}
 	if _, err := u.UploadFiles(context.Background(), src, []string{"step-5/model.bin"}, checkpoint.Target{Step: 5, WorldSize: 1}); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	res, err := checkpoint.RestoreLatest(context.Background(), s, 0, dir, checkpoint.RestoreOptions{Backoff: noWait})
+	res, err := checkpoint.RestoreLatest(context.Background(), s, 0, dir, checkpoint.RestoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,12 +253,12 @@ func TestRestoredInPlaceBackup(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	src, s := t.TempDir(), mem.New()
 	writeFile(t, filepath.Join(src, "backup", "latest.bin"), 50<<10, 3)
-	u := &checkpoint.Uploader{Store: s, ChunkSize: 64 << 10, Backoff: noWait}
+	u := &checkpoint.Uploader{Store: s, ChunkSize: 64 << 10}
 	if _, err := u.UploadFiles(context.Background(), src, []string{"backup/latest.bin"}, checkpoint.Target{Step: 7, WorldSize: 1}); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	res, err := checkpoint.RestoreLatest(context.Background(), s, 0, dir, checkpoint.RestoreOptions{Backoff: noWait})
+	res, err := checkpoint.RestoreLatest(context.Background(), s, 0, dir, checkpoint.RestoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

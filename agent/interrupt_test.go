@@ -39,7 +39,7 @@ func interruptAgentSettle(t *testing.T, dir string, logs *bytes.Buffer, settle t
 		t.Fatal(err)
 	}
 	a, err := New(Config{Dir: dir, Watcher: w, WorldSize: 1, Settle: settle, VerifyFormat: true, Log: log,
-		Uploader: &checkpoint.Uploader{Store: s, ChunkSize: 64 << 10, Backoff: noWait}})
+		Uploader: &checkpoint.Uploader{Store: s, ChunkSize: 64 << 10}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func TestRestoreAllRanks(t *testing.T) {
 		dir := t.TempDir()
 		user := tree{"notes.txt": []byte("the user's"), RanksDir + "/" + RankDir(2) + "/old.bin": []byte("a rank of an earlier restore")}
 		writeTree(t, dir, user)
-		res, err := RestoreLatest(ctx, s, 0, dir, RestoreOptions{WorldSize: 1, AllRanks: true, Backoff: noWait})
+		res, err := RestoreLatest(ctx, s, 0, dir, RestoreOptions{WorldSize: 1, AllRanks: true})
 		if err != nil {
 			t.Fatalf("RestoreLatest with AllRanks: %v", err)
 		}
@@ -79,7 +79,7 @@ func TestRestoreAllRanks(t *testing.T) {
 		if err := s.Delete(ctx, chunkKey(m.Files[0].Chunks[1].SHA256)); err != nil {
 			t.Fatal(err)
 		}
-		res, err = RestoreLatest(ctx, s, 0, dir, RestoreOptions{AllRanks: true, Backoff: noWait})
+		res, err = RestoreLatest(ctx, s, 0, dir, RestoreOptions{AllRanks: true})
 		if err != nil || res.Step != 5020 || len(res.Fallbacks) != 1 || res.Fallbacks[0].Step != 5031 || !errors.Is(res.Fallbacks[0].Err, ErrCorrupt) {
 			t.Fatalf("RestoreLatest with AllRanks = %+v, %v; want 5020 after 5031", res, err)
 		}
@@ -91,7 +91,7 @@ func TestRestoreAllRanks(t *testing.T) {
 		}
 
 		// Restore of a named step, every rank.
-		res, err = Restore(ctx, s, 5020, 0, dir, RestoreOptions{AllRanks: true, Backoff: noWait})
+		res, err = Restore(ctx, s, 5020, 0, dir, RestoreOptions{AllRanks: true})
 		if err != nil || res.Step != 5020 || len(res.Ranks) != 2 {
 			t.Fatalf("Restore of step 5020 with AllRanks = %+v, %v", res, err)
 		}
@@ -114,7 +114,7 @@ func TestRestoreAllRanksTakesTheNewestRun(t *testing.T) {
 	clock.Advance(time.Hour)
 	uploadTarget(t, u, Target{Step: 10, WorldSize: 1}, shardTree(0, 10))
 	dir := t.TempDir()
-	res, err := RestoreLatest(ctx, s, 0, dir, RestoreOptions{WorldSize: 1, AllRanks: true, Backoff: noWait})
+	res, err := RestoreLatest(ctx, s, 0, dir, RestoreOptions{WorldSize: 1, AllRanks: true})
 	if err != nil || res.Step != 10 || len(res.Ranks) != 1 {
 		t.Fatalf("RestoreLatest with AllRanks = %+v, %v; want step 10 of world size 1", res, err)
 	}

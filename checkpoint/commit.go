@@ -27,11 +27,11 @@ type committed struct {
 // otherwise. When a revision with the same files is committed already,
 // that one stands and nothing is written. When another writer creates the
 // revision first, commit lists again and takes the next number.
-func (u *Uploader) commit(ctx context.Context, m *Manifest, backoff Backoff) (committed, error) {
+func (u *Uploader) commit(ctx context.Context, m *Manifest) (committed, error) {
 	prefix := rankPrefix(m.Step, m.Rank, m.WorldSize)
 	differ := map[string]bool{} // revisions read and found to hold other files
 	for range maxCommitTries {
-		revs, err := listRevisions(ctx, u.Store, prefix, backoff)
+		revs, err := listRevisions(ctx, u.Store, prefix)
 		if err != nil {
 			return committed{}, err
 		}
@@ -43,7 +43,7 @@ func (u *Uploader) commit(ctx context.Context, m *Manifest, backoff Backoff) (co
 			if differ[rk.info.Key] {
 				continue
 			}
-			old, err := readManifest(ctx, u.Store, rk.info.Key, backoff)
+			old, err := readManifest(ctx, u.Store, rk.info.Key)
 			switch {
 			case errors.Is(err, storage.ErrNotExist) || errors.Is(err, ErrCorrupt):
 				// Pruned since the listing, or unreadable: not these files.
@@ -65,10 +65,7 @@ func (u *Uploader) commit(ctx context.Context, m *Manifest, backoff Backoff) (co
 			return committed{}, err
 		}
 		key := manifestKey(m.Step, m.Rank, m.WorldSize, next)
-		err = retry(ctx, backoff, func() error {
-			_, err := u.Store.Put(ctx, key, bytes.NewReader(data), int64(len(data)), storage.PutOptions{IfNotExists: true})
-			return err
-		})
+		_, err = u.Store.Put(ctx, key, bytes.NewReader(data), int64(len(data)), storage.PutOptions{IfNotExists: true})
 		if errors.Is(err, storage.ErrExists) {
 			continue // another writer took this revision: list again
 		}
@@ -82,16 +79,13 @@ func (u *Uploader) commit(ctx context.Context, m *Manifest, backoff Backoff) (co
 
 // listRevisions lists the manifest keys under prefix (a rankPrefix), by
 // ascending revision.
-func listRevisions(ctx context.Context, s storage.Store, prefix string, backoff Backoff) ([]revisionKey, error) {
+func listRevisions(ctx context.Context, s storage.Store, prefix string) ([]revisionKey, error) {
 	var revs []revisionKey
-	err := retry(ctx, backoff, func() error {
-		revs = revs[:0]
-		return s.List(ctx, prefix, func(oi storage.ObjectInfo) error {
-			if _, _, _, rev, ok := parseManifestKey(oi.Key); ok {
-				revs = append(revs, revisionKey{rev, oi})
-			}
-			return nil
-		})
+	err := s.List(ctx, prefix, func(oi storage.ObjectInfo) error {
+		if _, _, _, rev, ok := parseManifestKey(oi.Key); ok {
+			revs = append(revs, revisionKey{rev, oi})
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: list %s in %s: %w", prefix, s, err)

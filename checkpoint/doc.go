@@ -15,4 +15,9 @@
 // rules that make concurrent upload and prune safe are in docs/FORMAT.md.
 //
 // The package depends on storage.Store only, never on a backend's client.
+// It does not retry: the Store it is given is expected to be wrapped in
+// storage.Retry, which retries each transient failure of a store call
+// (resuming a cut download, never delivering a listed key twice). Given a
+// Store that is not, every store call is made once, and its first
+// transient failure fails the upload, restore, prune or verify.
 package checkpoint

@@ -122,7 +122,8 @@ func TestUploadCancelled(t *testing.T) {
 	dir := t.TempDir()
 	writeTree(t, dir, sampleTree(8))
 	// A backoff that would retry forever: only cancellation can stop it.
-	u := &Uploader{Store: f, ChunkSize: testChunk, Backoff: func(int) (_ time.Duration, _ bool) { return 0, true }}
+	forever := storage.RetryPolicy{Backoff: func(int) (time.Duration, bool) { return 0, true }}
+	u := &Uploader{Store: storage.Retry(f, forever), ChunkSize: testChunk}
 	if _, err := u.Upload(ctx, dir, Target{Step: 1, WorldSize: 1}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Upload = %v, want context.Canceled", err)
 	}
@@ -147,9 +148,9 @@ func cutShort(rc io.ReadCloser, err error) io.ReadCloser {
 
 // firstChunkGetCut is a Get whose first reading of each chunk is cut
 // short with end (cutShort); later attempts read the whole chunk.
-func firstChunkGetCut(end error) func(inner storage.Store, ctx context.Context, key string, attempt int) (io.ReadCloser, error) {
-	return func(inner storage.Store, ctx context.Context, key string, attempt int) (io.ReadCloser, error) {
-		rc, err := inner.Get(ctx, key, 0, -1)
+func firstChunkGetCut(end error) func(inner storage.Store, ctx context.Context, key string, offset, length int64, attempt int) (io.ReadCloser, error) {
+	return func(inner storage.Store, ctx context.Context, key string, offset, length int64, attempt int) (io.ReadCloser, error) {
+		rc, err := inner.Get(ctx, key, offset, length)
 		if err == nil && attempt == 1 && strings.HasPrefix(key, chunksPrefix) {
 			return cutShort(rc, end), nil
 		}
@@ -170,17 +171,17 @@ func TestRestoreFaults(t *testing.T) {
 	}
 	tests := []struct {
 		name     string
-		get      func(inner storage.Store, ctx context.Context, key string, attempt int) (io.ReadCloser, error)
+		get      func(inner storage.Store, ctx context.Context, key string, offset, length int64, attempt int) (io.ReadCloser, error)
 		wantStep int64 // 0: RestoreLatest fails
 	}{
-		{"transient get errors are retried", func(inner storage.Store, ctx context.Context, key string, attempt int) (io.ReadCloser, error) {
+		{"transient get errors are retried", func(inner storage.Store, ctx context.Context, key string, offset, length int64, attempt int) (io.ReadCloser, error) {
 			if attempt == 1 {
 				return nil, errFlaky
 			}
-			return inner.Get(ctx, key, 0, -1)
+			return inner.Get(ctx, key, offset, length)
 		}, 2},
-		{"errors while reading are retried", func(inner storage.Store, ctx context.Context, key string, attempt int) (io.ReadCloser, error) {
-			rc, err := inner.Get(ctx, key, 0, -1)
+		{"errors while reading are retried", func(inner storage.Store, ctx context.Context, key string, offset, length int64, attempt int) (io.ReadCloser, error) {
+			rc, err := inner.Get(ctx, key, offset, length)
 			if err == nil && attempt == 1 {
 				return flakyReader(rc), nil
 			}
@@ -188,11 +189,11 @@ func TestRestoreFaults(t *testing.T) {
 		}, 2},
 		{"a transfer cut short is retried, not taken for a short chunk", firstChunkGetCut(io.ErrUnexpectedEOF), 2},
 		{"a transfer that ends early without an error is retried", firstChunkGetCut(io.EOF), 2},
-		{"an unreachable store does not fall back", func(inner storage.Store, ctx context.Context, key string, attempt int) (io.ReadCloser, error) {
+		{"an unreachable store does not fall back", func(inner storage.Store, ctx context.Context, key string, offset, length int64, attempt int) (io.ReadCloser, error) {
 			if strings.HasPrefix(key, chunksPrefix) {
 				return nil, errFlaky
 			}
-			return inner.Get(ctx, key, 0, -1)
+			return inner.Get(ctx, key, offset, length)
 		}, 0},
 	}
 	for _, tt := range tests {
@@ -206,10 +207,10 @@ func TestRestoreFaults(t *testing.T) {
 			var tries attempts
 			f := &mem.FaultStore{Inner: inner}
 			f.OnGet = func(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
-				return tt.get(inner, ctx, key, tries.add(key))
+				return tt.get(inner, ctx, key, offset, length, tries.add(key))
 			}
 			dir := t.TempDir()
-			res, err := RestoreLatest(context.Background(), f, 0, dir, RestoreOptions{Backoff: noWait})
+			res, err := RestoreLatest(context.Background(), retried(f), 0, dir, RestoreOptions{})
 			if tt.wantStep == 0 {
 				if err == nil || errors.Is(err, ErrCorrupt) || !errors.Is(err, errFlaky) {
 					t.Errorf("RestoreLatest = %v, want the store's error without fallback", err)

@@ -96,7 +96,7 @@ func TestFinalUploadDoesNotList(t *testing.T) {
 		t.Error("the final upload stored no chunk")
 	}
 	dir := t.TempDir()
-	if _, err := Restore(context.Background(), s, 2, 0, dir, RestoreOptions{Backoff: noWait}); err != nil {
+	if _, err := Restore(context.Background(), s, 2, 0, dir, RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	checkTree(t, dir, second)

@@ -31,6 +31,12 @@ const testChunk = 64 << 10
 // noWait retries up to 3 times without sleeping.
 func noWait(attempt int) (time.Duration, bool) { return 0, attempt <= 3 }
 
+// retried wraps s in storage.Retry with noWait, as the commands wrap their
+// store, so that the faults a test injects are retried without sleeping.
+func retried(s storage.Store) storage.Store {
+	return storage.Retry(s, storage.RetryPolicy{Backoff: noWait})
+}
+
 // fakeClock is a Clock tests move by hand.
 type fakeClock struct {
 	mu  sync.Mutex
@@ -54,7 +60,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 }
 
 func newUploader(s storage.Store, clock *fakeClock) *Uploader {
-	u := &Uploader{Store: s, ChunkSize: testChunk, Workers: 3, Buffers: 4, Backoff: noWait}
+	u := &Uploader{Store: retried(s), ChunkSize: testChunk, Workers: 3, Buffers: 4}
 	if clock != nil {
 		u.Clock = clock.Now
 	}

@@ -102,7 +102,7 @@ func TestFileSwappedDuringUpload(t *testing.T) {
 				t.Errorf("read again %d times, opened %d times; want 1 and 2", res.Reread, opens.Load())
 			}
 			out := t.TempDir()
-			if _, err := Restore(ctx, s, 1, 0, out, RestoreOptions{Backoff: noWait}); err != nil {
+			if _, err := Restore(ctx, s, 1, 0, out, RestoreOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			tr[tt.rel] = secret
@@ -190,7 +190,7 @@ func TestFileRewrittenInPlaceDuringUpload(t *testing.T) {
 				t.Errorf("read again %d times, want 1", res.Reread)
 			}
 			out := t.TempDir()
-			if _, err := Restore(ctx, inner, 1, 0, out, RestoreOptions{Backoff: noWait}); err != nil {
+			if _, err := Restore(ctx, inner, 1, 0, out, RestoreOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			checkTree(t, out, tree{"model.pdparams": next})

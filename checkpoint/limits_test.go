@@ -132,7 +132,7 @@ func TestRestoreManyFilesUnderFileLimit(t *testing.T) {
 		}
 	}
 	t0 = time.Now()
-	res, err := RestoreLatest(ctx, s, 0, dir, RestoreOptions{Backoff: noWait, Progress: progress})
+	res, err := RestoreLatest(ctx, s, 0, dir, RestoreOptions{Progress: progress})
 	if err != nil {
 		t.Fatalf("RestoreLatest of %d files under a limit of 1024 open files: %v", n, err)
 	}
@@ -217,7 +217,7 @@ func TestRestoreLatestFallsBack(t *testing.T) {
 			upload(t, newUploader(s, nil), 1, 0, 1, older)
 			dir := t.TempDir()
 			tt.newer(t, s, dir)
-			res, err := RestoreLatest(context.Background(), s, 0, dir, RestoreOptions{Backoff: noWait})
+			res, err := RestoreLatest(context.Background(), s, 0, dir, RestoreOptions{})
 			if err != nil {
 				t.Fatalf("RestoreLatest: %v", err)
 			}
@@ -259,7 +259,7 @@ func TestRestoreTooBigFetchesNothing(t *testing.T) {
 	}
 	dir := t.TempDir()
 	skipIfTebibyteFits(t, dir)
-	_, err := Restore(context.Background(), s, 2, 0, dir, RestoreOptions{Backoff: noWait})
+	_, err := Restore(context.Background(), s, 2, 0, dir, RestoreOptions{})
 	if !errors.Is(err, ErrTooBig) || !errors.Is(err, unix.ENOSPC) {
 		t.Fatalf("Restore of 1 TiB = %v, want ErrTooBig and ENOSPC", err)
 	}
@@ -322,7 +322,7 @@ func TestRestoreLatestStopsOnStoreFailures(t *testing.T) {
 				return inner.Get(c, key, offset, length)
 			}
 			dir := t.TempDir()
-			res, err := RestoreLatest(ctx, s, 0, dir, RestoreOptions{Backoff: noWait})
+			res, err := RestoreLatest(ctx, retried(s), 0, dir, RestoreOptions{})
 			if err == nil || errors.Is(err, ErrNothingRestorable) || errors.Is(err, ErrNoCheckpoint) {
 				t.Fatalf("RestoreLatest = %+v, %v; want the store's error", res, err)
 			}
@@ -351,7 +351,7 @@ func TestRestoreLatestNothingRestorable(t *testing.T) {
 	dir := t.TempDir()
 	skipIfTebibyteFits(t, dir)
 	putHuge(t, s, 2, hashOf([]byte("never stored")))
-	rr, err := RestoreLatest(context.Background(), s, 0, dir, RestoreOptions{Backoff: noWait})
+	rr, err := RestoreLatest(context.Background(), s, 0, dir, RestoreOptions{})
 	if !errors.Is(err, ErrNothingRestorable) || !errors.Is(err, ErrTooBig) || !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrNoCheckpoint) {
 		t.Errorf("RestoreLatest = %v; want ErrNothingRestorable wrapping ErrTooBig and ErrCorrupt, not ErrNoCheckpoint", err)
 	}
@@ -363,7 +363,7 @@ func TestRestoreLatestNothingRestorable(t *testing.T) {
 	if err := s.Delete(context.Background(), manifestKey(2, 0, 1, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := RestoreLatest(context.Background(), s, 0, dir, RestoreOptions{Backoff: noWait}); !errors.Is(err, ErrNothingRestorable) || !errors.Is(err, ErrNoCheckpoint) {
+	if _, err := RestoreLatest(context.Background(), s, 0, dir, RestoreOptions{}); !errors.Is(err, ErrNothingRestorable) || !errors.Is(err, ErrNoCheckpoint) {
 		t.Errorf("RestoreLatest with only a corrupt step = %v; want ErrNothingRestorable and ErrNoCheckpoint", err)
 	}
 }
@@ -391,7 +391,7 @@ func TestRestoreStopsWhileReserving(t *testing.T) {
 	}
 	dir := t.TempDir()
 	var progressed atomic.Bool // the downloads began: every file was created
-	res, err := RestoreLatest(ctx, s, 0, dir, RestoreOptions{Backoff: noWait, Progress: func(int64, int64) { progressed.Store(true) }})
+	res, err := RestoreLatest(ctx, retried(s), 0, dir, RestoreOptions{Progress: func(int64, int64) { progressed.Store(true) }})
 	if !errors.Is(err, context.Canceled) || res != nil {
 		t.Fatalf("RestoreLatest = %+v, %v; want context.Canceled and no result", res, err)
 	}

@@ -49,7 +49,7 @@ func TestPruneKeepsTheNewerRun(t *testing.T) {
 		uploadTarget(t, u, Target{Step: step, WorldSize: 1}, rankTree(0, step))
 		committed = append(committed, step)
 		clock.Advance(time.Minute)
-		res, err := Prune(ctx, s, PruneOptions{Keep: 3, Clock: clock.Now, Backoff: noWait})
+		res, err := Prune(ctx, s, PruneOptions{Keep: 3, Clock: clock.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +72,7 @@ func TestPruneKeepsTheNewerRun(t *testing.T) {
 		t.Errorf("the old run's steps %v are still stored after three newer ones with Keep 3", old)
 	}
 	out := t.TempDir()
-	if res, err := RestoreLatest(ctx, s, 0, out, RestoreOptions{WorldSize: 1, Backoff: noWait}); err != nil || res.Step != 30 {
+	if res, err := RestoreLatest(ctx, s, 0, out, RestoreOptions{WorldSize: 1}); err != nil || res.Step != 30 {
 		t.Fatalf("RestoreLatest = %+v, %v; want step 30", res, err)
 	}
 }
@@ -97,12 +97,12 @@ func TestLatestPrefersTheNewerRun(t *testing.T) {
 		t.Errorf("Latest = %d, %v; want 30", step, err)
 	}
 	out := t.TempDir()
-	res, err := RestoreLatest(ctx, s, 0, out, RestoreOptions{WorldSize: 1, Backoff: noWait})
+	res, err := RestoreLatest(ctx, s, 0, out, RestoreOptions{WorldSize: 1})
 	if err != nil || res.Step != 30 {
 		t.Fatalf("RestoreLatest = %+v, %v; want step 30", res, err)
 	}
 	checkTree(t, out, rankTree(0, 30))
-	pr, err := Prune(ctx, s, PruneOptions{Keep: 2, Clock: clock.Now, Backoff: noWait, DryRun: true})
+	pr, err := Prune(ctx, s, PruneOptions{Keep: 2, Clock: clock.Now, DryRun: true})
 	if err != nil || !slices.Equal(pr.Kept, []int64{30, 20}) || !slices.Equal(pr.DeletedSteps, []int64{10, 5020, 5030, 5031}) {
 		t.Errorf("Prune = %+v, %v; want 30 and 20 kept, the rest deleted", pr, err)
 	}

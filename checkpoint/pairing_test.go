@@ -88,7 +88,7 @@ func TestCounterRanksAreNotPaired(t *testing.T) {
 				}
 				for rank := range 2 {
 					out := t.TempDir()
-					res, err := RestoreLatest(ctx, s, rank, out, RestoreOptions{WorldSize: 2, Backoff: noWait})
+					res, err := RestoreLatest(ctx, s, rank, out, RestoreOptions{WorldSize: 2})
 					if err != nil || res.Step != 5 || res.Revision != 0 || len(res.Fallbacks) != 1 ||
 						res.Fallbacks[0].Step != 10 || !errors.Is(res.Fallbacks[0].Err, ErrNotPaired) || !strings.Contains(res.Fallbacks[0].Err.Error(), tc.why) {
 						t.Fatalf("RestoreLatest rank %d = %+v, %v; want step 5 after falling back past step 10 because %s", rank, res, err, tc.why)
@@ -119,7 +119,7 @@ func TestSplitSaveRanksArePaired(t *testing.T) {
 			t.Errorf("List: step 10 complete %v (%q) revision %d; want complete at revision 1", sn.Complete, sn.Incomplete, sn.Revision)
 		}
 		out := t.TempDir()
-		if res, err := RestoreLatest(ctx, s, 0, out, RestoreOptions{WorldSize: 2, Backoff: noWait}); err != nil || res.Step != 10 || res.Revision != 1 {
+		if res, err := RestoreLatest(ctx, s, 0, out, RestoreOptions{WorldSize: 2}); err != nil || res.Step != 10 || res.Revision != 1 {
 			t.Fatalf("RestoreLatest = %+v, %v; want step 10 revision 1", res, err)
 		}
 		checkTree(t, out, whole)

@@ -31,9 +31,8 @@ type PruneOptions struct {
 	// Uploader's window): a shorter one is safe only while nothing uploads
 	// to the store. Default DefaultSafetyWindow.
 	SafetyWindow time.Duration
-	Clock        Clock   // default time.Now
-	Backoff      Backoff // default DefaultBackoff
-	DryRun       bool    // report what would be deleted, delete nothing
+	Clock        Clock // default time.Now
+	DryRun       bool  // report what would be deleted, delete nothing
 	Log          *slog.Logger
 }
 
@@ -87,18 +86,17 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 	if window == 0 {
 		window = DefaultSafetyWindow
 	}
-	backoff := orDefaultBackoff(opts.Backoff)
 	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	cutoff := orDefaultClock(opts.Clock)().Add(-window)
 
-	groups, err := listSteps(ctx, s, snapshotsPrefix, backoff)
+	groups, err := listSteps(ctx, s, snapshotsPrefix)
 	if err != nil {
 		return nil, err
 	}
-	if err := readGroups(ctx, s, groups, backoff); err != nil {
+	if err := readGroups(ctx, s, groups); err != nil {
 		return nil, fmt.Errorf("checkpoint: prune: read manifests in %s: %w", s, err)
 	}
 	manifests := map[string]*Manifest{} // key -> decoded; nil when invalid
@@ -111,14 +109,14 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 		if _, ok := manifests[key]; ok {
 			return nil
 		}
-		m, err := readManifest(ctx, s, key, backoff)
+		m, err := readManifest(ctx, s, key)
 		if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, storage.ErrNotExist) {
 			return err
 		}
 		manifests[key] = m
 		return nil
 	}
-	stored, err := listChunks(ctx, s, backoff)
+	stored, err := listChunks(ctx, s)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: prune: %w", err)
 	}
@@ -208,7 +206,7 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 	for _, oi := range deleted {
 		doomedKey[oi.Key] = true
 		if !opts.DryRun {
-			if err := deleteKey(ctx, s, oi.Key, backoff); err != nil {
+			if err := deleteKey(ctx, s, oi.Key); err != nil {
 				return res, err
 			}
 		}
@@ -218,50 +216,45 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 	// List again: manifests committed since the first listing protect
 	// their chunks too.
 	referenced := map[string]bool{}
-	err = retry(ctx, backoff, func() error {
-		return s.List(ctx, snapshotsPrefix, func(oi storage.ObjectInfo) error {
-			if _, _, _, _, ok := parseManifestKey(oi.Key); !ok || doomedKey[oi.Key] {
-				return nil
-			}
-			if err := read(oi.Key); err != nil {
-				return err
-			}
-			if m := manifests[oi.Key]; m != nil {
-				for _, f := range m.Files {
-					for _, c := range f.Chunks {
-						referenced[c.SHA256] = true
-					}
+	err = s.List(ctx, snapshotsPrefix, func(oi storage.ObjectInfo) error {
+		if _, _, _, _, ok := parseManifestKey(oi.Key); !ok || doomedKey[oi.Key] {
+			return nil
+		}
+		if err := read(oi.Key); err != nil {
+			return err
+		}
+		if m := manifests[oi.Key]; m != nil {
+			for _, f := range m.Files {
+				for _, c := range f.Chunks {
+					referenced[c.SHA256] = true
 				}
 			}
-			return nil
-		})
+		}
+		return nil
 	})
 	if err != nil {
 		return res, fmt.Errorf("checkpoint: prune: list %s in %s: %w", snapshotsPrefix, s, err)
 	}
 
 	var doomed []storage.ObjectInfo
-	err = retry(ctx, backoff, func() error {
-		doomed = doomed[:0]
-		return s.List(ctx, chunksPrefix, func(oi storage.ObjectInfo) error {
-			sum, ok := parseChunkKey(oi.Key)
-			if !ok || referenced[sum] {
-				return nil
-			}
-			if !oi.ModTime.Before(cutoff) {
-				res.YoungUnreferenced++
-				return nil
-			}
-			doomed = append(doomed, oi)
+	err = s.List(ctx, chunksPrefix, func(oi storage.ObjectInfo) error {
+		sum, ok := parseChunkKey(oi.Key)
+		if !ok || referenced[sum] {
 			return nil
-		})
+		}
+		if !oi.ModTime.Before(cutoff) {
+			res.YoungUnreferenced++
+			return nil
+		}
+		doomed = append(doomed, oi)
+		return nil
 	})
 	if err != nil {
 		return res, fmt.Errorf("checkpoint: prune: list %s in %s: %w", chunksPrefix, s, err)
 	}
 	for _, oi := range doomed {
 		if !opts.DryRun {
-			if err := deleteKey(ctx, s, oi.Key, backoff); err != nil {
+			if err := deleteKey(ctx, s, oi.Key); err != nil {
 				return res, err
 			}
 		}
@@ -273,8 +266,8 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 	return res, nil
 }
 
-func deleteKey(ctx context.Context, s storage.Store, key string, backoff Backoff) error {
-	if err := retry(ctx, backoff, func() error { return s.Delete(ctx, key) }); err != nil {
+func deleteKey(ctx context.Context, s storage.Store, key string) error {
+	if err := s.Delete(ctx, key); err != nil {
 		return fmt.Errorf("checkpoint: prune: delete %s: %w", key, err)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,12 +27,12 @@ func TestPruneKeepsNewest(t *testing.T) {
 	clock.Advance(2 * window)
 	upload(t, u, 5, 0, 2, sampleTree(5)) // rank 1 of step 5 still uploading
 
-	dry, err := Prune(ctx, s, PruneOptions{Keep: 2, Clock: clock.Now, Backoff: noWait, DryRun: true})
+	dry, err := Prune(ctx, s, PruneOptions{Keep: 2, Clock: clock.Now, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := s.Len()
-	res, err := Prune(ctx, s, PruneOptions{Keep: 2, Clock: clock.Now, Backoff: noWait})
+	res, err := Prune(ctx, s, PruneOptions{Keep: 2, Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,12 +43,12 @@ func TestPruneKeepsNewest(t *testing.T) {
 		t.Errorf("dry run %+v differs from the prune %+v, or store shrank by %d", dry, res, before-s.Len())
 	}
 	for _, step := range []int64{3, 4} {
-		rep, err := Verify(ctx, s, step, VerifyOptions{ReadData: Subset{1, 1}, Backoff: noWait})
+		rep, err := Verify(ctx, s, step, VerifyOptions{ReadData: Subset{1, 1}})
 		if err != nil || !rep.OK() {
 			t.Errorf("kept step %d: Verify = %+v, %v", step, rep, err)
 		}
 	}
-	if rep, err := Verify(ctx, s, 5, VerifyOptions{Backoff: noWait}); err != nil || len(rep.Problems) != 1 || rep.Problems[0].Kind != MissingManifest {
+	if rep, err := Verify(ctx, s, 5, VerifyOptions{}); err != nil || len(rep.Problems) != 1 || rep.Problems[0].Kind != MissingManifest {
 		t.Errorf("in-progress step 5 after prune: Verify = %+v, %v; want only the missing rank", rep, err)
 	}
 	if _, err := Prune(ctx, s, PruneOptions{}); err == nil {
@@ -58,7 +59,7 @@ func TestPruneKeepsNewest(t *testing.T) {
 	// is over: the step is abandoned and goes, with its chunks; what is
 	// left is exactly the kept steps' manifests and chunks.
 	clock.Advance(window + time.Second)
-	res, err = Prune(ctx, s, PruneOptions{Keep: 2, Clock: clock.Now, Backoff: noWait})
+	res, err = Prune(ctx, s, PruneOptions{Keep: 2, Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestPruneKeepsNewest(t *testing.T) {
 	for _, step := range []int64{3, 4} {
 		key := manifestKey(step, 0, 1, 0)
 		want[key] = true
-		m, err := readManifest(ctx, s, key, noWait)
+		m, err := readManifest(ctx, s, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +124,7 @@ func TestPruneDuringUpload(t *testing.T) {
 					// Step 1 is pruned; its chunks are what step 3 is made of.
 					clock.Advance(window / 8) // within the quarter window an upload may take
 					var err error
-					if pruned, err = Prune(ctx, inner, PruneOptions{Keep: 1, Clock: clock.Now, Backoff: noWait}); err != nil {
+					if pruned, err = Prune(ctx, inner, PruneOptions{Keep: 1, Clock: clock.Now}); err != nil {
 						t.Errorf("Prune: %v", err)
 					}
 				}
@@ -139,17 +140,17 @@ func TestPruneDuringUpload(t *testing.T) {
 				t.Fatalf("concurrent prune = %+v, want step 1 deleted", pruned)
 			}
 			dir := t.TempDir()
-			if _, err := Restore(ctx, inner, 3, 0, dir, RestoreOptions{Backoff: noWait}); err != nil {
+			if _, err := Restore(ctx, inner, 3, 0, dir, RestoreOptions{}); err != nil {
 				t.Fatalf("Restore of the step uploaded during prune: %v", err)
 			}
 			checkTree(t, dir, old)
 
 			// Long after, prune again: step 3 is the newest and keeps its chunks.
 			clock.Advance(3 * window)
-			if _, err := Prune(ctx, inner, PruneOptions{Keep: 1, Clock: clock.Now, Backoff: noWait}); err != nil {
+			if _, err := Prune(ctx, inner, PruneOptions{Keep: 1, Clock: clock.Now}); err != nil {
 				t.Fatal(err)
 			}
-			if rep, err := Verify(ctx, inner, 3, VerifyOptions{ReadData: Subset{1, 1}, Backoff: noWait}); err != nil || !rep.OK() {
+			if rep, err := Verify(ctx, inner, 3, VerifyOptions{ReadData: Subset{1, 1}}); err != nil || !rep.OK() {
 				t.Errorf("Verify after the second prune = %+v, %v", rep, err)
 			}
 			if left := storedKeys(t, inner, snapshotsPrefix); len(left) != 1 {
@@ -213,7 +214,7 @@ func TestPruneRevisions(t *testing.T) {
 		return err == nil
 	}
 
-	opts := PruneOptions{Keep: 2, Clock: clock.Now, Backoff: noWait}
+	opts := PruneOptions{Keep: 2, Clock: clock.Now}
 	dryOpts := opts
 	dryOpts.DryRun = true
 	dry, err := Prune(ctx, s, dryOpts)
@@ -241,7 +242,7 @@ func TestPruneRevisions(t *testing.T) {
 		t.Errorf("chunks of revisions 0, 1, 2 present: %v %v %v; want false true true", exists(firstChunk(r0)), exists(firstChunk(r1)), exists(firstChunk(r2)))
 	}
 	out := t.TempDir()
-	if rr, err := RestoreLatest(ctx, s, 0, out, RestoreOptions{Backoff: noWait}); err != nil || rr.Step != 3 || rr.Revision != 2 {
+	if rr, err := RestoreLatest(ctx, s, 0, out, RestoreOptions{}); err != nil || rr.Step != 3 || rr.Revision != 2 {
 		t.Fatalf("RestoreLatest = %+v, %v", rr, err)
 	}
 	checkTree(t, out, newest)
@@ -249,14 +250,51 @@ func TestPruneRevisions(t *testing.T) {
 	// Later, with more steps to keep than there are: no step goes, but
 	// revision 1 of step 3 does now.
 	clock.Advance(window)
-	res, err = Prune(ctx, s, PruneOptions{Keep: 5, Clock: clock.Now, Backoff: noWait})
+	res, err = Prune(ctx, s, PruneOptions{Keep: 5, Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(res.DeletedSteps) != 0 || res.DeletedRevisions != 1 || res.DeletedManifests != 1 || exists(firstChunk(r1)) || !exists(firstChunk(r2)) {
 		t.Errorf("second Prune = %+v; revision 1's chunk present %v", res, exists(firstChunk(r1)))
 	}
-	if rep, err := Verify(ctx, s, 3, VerifyOptions{ReadData: Subset{1, 1}, Backoff: noWait}); err != nil || !rep.OK() || rep.Revision != 2 {
+	if rep, err := Verify(ctx, s, 3, VerifyOptions{ReadData: Subset{1, 1}}); err != nil || !rep.OK() || rep.Revision != 2 {
 		t.Errorf("Verify step 3 = %+v, %v", rep, err)
+	}
+}
+
+// TestPruneListRetried: a listing that fails after delivering its keys,
+// retried by the store, counts each key once: the young unreferenced
+// chunks are counted once and the old ones deleted once.
+func TestPruneListRetried(t *testing.T) {
+	defer verifyNone(t)
+	ctx := context.Background()
+	clock := newFakeClock()
+	inner := mem.New(mem.WithClock(clock.Now))
+	upload(t, newUploader(inner, clock), 1, 0, 1, sampleTree(1))
+	unreferenced := func(n int, seed byte) {
+		for i := range n {
+			b := []byte{seed, byte(i)}
+			putBytes(t, inner, chunkKey(hashOf(b)), b)
+		}
+	}
+	unreferenced(3, 1)
+	clock.Advance(2 * window)
+	unreferenced(2, 2)
+	var lists atomic.Int64
+	f := &mem.FaultStore{Inner: inner, OnList: func(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
+		if err := inner.List(ctx, prefix, fn); err != nil {
+			return err
+		}
+		if lists.Add(1)%2 == 1 {
+			return errFlaky // every listing fails once, after its last key
+		}
+		return nil
+	}}
+	res, err := Prune(ctx, retried(f), PruneOptions{Keep: 1, Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.YoungUnreferenced != 2 || res.DeletedChunks != 3 || !slices.Equal(res.Kept, []int64{1}) {
+		t.Errorf("Prune = %+v; want step 1 kept, 3 old chunks deleted and 2 young ones counted", res)
 	}
 }

@@ -35,17 +35,17 @@ func TestPruneKeepsRestorable(t *testing.T) {
 			putHuge(t, s, 2, sum)
 			clock.Advance(2 * window)
 
-			res, err := Prune(ctx, s, PruneOptions{Keep: 1, Clock: clock.Now, Backoff: noWait})
+			res, err := Prune(ctx, s, PruneOptions{Keep: 1, Clock: clock.Now})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !slices.Equal(res.Kept, []int64{1}) || len(res.DeletedSteps) != 0 {
 				t.Errorf("Prune = kept %v, deleted %v; want step 1 kept, nothing deleted", res.Kept, res.DeletedSteps)
 			}
-			if rep, err := Verify(ctx, s, 1, VerifyOptions{ReadData: Subset{1, 1}, Backoff: noWait}); err != nil || !rep.OK() {
+			if rep, err := Verify(ctx, s, 1, VerifyOptions{ReadData: Subset{1, 1}}); err != nil || !rep.OK() {
 				t.Fatalf("the restorable step after prune: Verify = %+v, %v", rep, err)
 			}
-			rr, err := RestoreLatest(ctx, s, 0, t.TempDir(), RestoreOptions{Backoff: noWait})
+			rr, err := RestoreLatest(ctx, s, 0, t.TempDir(), RestoreOptions{})
 			if err != nil || rr.Step != 1 {
 				t.Errorf("RestoreLatest after prune = %+v, %v; want step 1", rr, err)
 			}
@@ -86,7 +86,7 @@ func TestPruneDeletesOlderUnrestorable(t *testing.T) {
 	upload(t, u, 4, 0, 1, tree{"d.bin": randomBytes(34, 1000)})
 	clock.Advance(2 * window)
 
-	res, err := Prune(ctx, s, PruneOptions{Keep: 2, Clock: clock.Now, Backoff: noWait})
+	res, err := Prune(ctx, s, PruneOptions{Keep: 2, Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

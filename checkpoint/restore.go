@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -29,8 +30,7 @@ type RestoreOptions struct {
 	// WorldSize selects the manifest rank-<r>-of-<WorldSize>; 0 accepts the
 	// only one present at the step (and, for RestoreLatest, any world size).
 	WorldSize int
-	Workers   int     // parallel chunk downloads, default DefaultDownloadWorkers
-	Backoff   Backoff // retries of transient store errors, default DefaultBackoff
+	Workers   int // parallel chunk downloads, default DefaultDownloadWorkers
 	Log       *slog.Logger
 	// Progress, when set, is called after each chunk is written with the
 	// bytes written so far and the snapshot's total. It is called from
@@ -119,34 +119,33 @@ type RestoreResult struct {
 // manifest. Whether the ranks are one iteration is not checked: the step
 // is the caller's choice.
 func Restore(ctx context.Context, s storage.Store, step int64, rank int, dir string, opts RestoreOptions) (*RestoreResult, error) {
-	backoff := orDefaultBackoff(opts.Backoff)
 	if opts.AllRanks {
-		g, err := findStep(ctx, s, step, opts.WorldSize, backoff)
+		g, err := findStep(ctx, s, step, opts.WorldSize)
 		if err != nil {
 			return nil, err
 		}
-		if err := readGroups(ctx, s, []*stepGroup{g}, backoff); err != nil {
+		if err := readGroups(ctx, s, []*stepGroup{g}); err != nil {
 			return nil, fmt.Errorf("checkpoint: read manifests of step %d in %s: %w", step, s, err)
 		}
 		if v, why := g.judge(); v == verdictMissing || v == verdictBad {
 			return nil, fmt.Errorf("checkpoint: restore every rank of step %d from %s: %s: %w", step, s, why, g.firstErr())
 		}
-		return restoreAll(ctx, s, g, rank, dir, opts, backoff)
+		return restoreAll(ctx, s, g, rank, dir, opts)
 	}
-	key, err := findManifest(ctx, s, step, rank, opts.WorldSize, backoff)
+	key, err := findManifest(ctx, s, step, rank, opts.WorldSize)
 	if err != nil {
 		return nil, err
 	}
-	m, err := readManifest(ctx, s, key, backoff)
+	m, err := readManifest(ctx, s, key)
 	if err != nil {
 		return nil, err
 	}
-	return restoreOne(ctx, s, m, dir, opts, backoff)
+	return restoreOne(ctx, s, m, dir, opts)
 }
 
 // restoreOne restores the snapshot of manifest m into dir.
-func restoreOne(ctx context.Context, s storage.Store, m *Manifest, dir string, opts RestoreOptions, backoff Backoff) (*RestoreResult, error) {
-	if err := restoreFiles(ctx, s, m.Files, setPaths(m), dir, opts, backoff); err != nil {
+func restoreOne(ctx context.Context, s storage.Store, m *Manifest, dir string, opts RestoreOptions) (*RestoreResult, error) {
+	if err := restoreFiles(ctx, s, m.Files, setPaths(m), dir, opts); err != nil {
 		return nil, fmt.Errorf("checkpoint: restore step %d rank %d revision %d into %s: %w", m.Step, m.Rank, m.Revision, dir, err)
 	}
 	return &RestoreResult{Step: m.Step, Rank: m.Rank, Revision: m.Revision, Manifest: m, Dir: dir, Files: len(m.Files), Bytes: m.Bytes()}, nil
@@ -157,7 +156,7 @@ func restoreOne(ctx context.Context, s storage.Store, m *Manifest, dir string, o
 // RankDir, all downloaded and checked in a staging directory inside dir
 // (a name RemoveStaleRestores removes) before RanksDir is replaced by it.
 // On any failure dir is as it was.
-func restoreAll(ctx context.Context, s storage.Store, g *stepGroup, rank int, dir string, opts RestoreOptions, backoff Backoff) (*RestoreResult, error) {
+func restoreAll(ctx context.Context, s storage.Store, g *stepGroup, rank int, dir string, opts RestoreOptions) (*RestoreResult, error) {
 	res := &RestoreResult{Step: g.step, Rank: rank, Dir: filepath.Join(dir, RanksDir)}
 	all := &Manifest{Format: FormatVersion, ID: g.manifests[0].ID, Step: g.step, WorldSize: g.worldSize}
 	var set []string
@@ -193,7 +192,7 @@ func restoreAll(ctx context.Context, s storage.Store, g *stepGroup, rank int, di
 		return fail(err)
 	}
 	defer os.RemoveAll(stage)
-	if err := restoreFiles(ctx, s, all.Files, set, stage, opts, backoff); err != nil {
+	if err := restoreFiles(ctx, s, all.Files, set, stage, opts); err != nil {
 		return fail(err)
 	}
 	// Swap the staged copy in: the old RanksDir is moved aside under a
@@ -221,8 +220,8 @@ func restoreAll(ctx context.Context, s storage.Store, g *stepGroup, rank int, di
 
 // findStep returns the group of step for worldSize, or the only one when
 // worldSize is 0.
-func findStep(ctx context.Context, s storage.Store, step int64, worldSize int, backoff Backoff) (*stepGroup, error) {
-	groups, err := listSteps(ctx, s, stepPrefix(step), backoff)
+func findStep(ctx context.Context, s storage.Store, step int64, worldSize int) (*stepGroup, error) {
+	groups, err := listSteps(ctx, s, stepPrefix(step))
 	if err != nil {
 		return nil, err
 	}
@@ -280,12 +279,11 @@ func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, o
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	backoff := orDefaultBackoff(opts.Backoff)
 	worldSize := opts.WorldSize
 	if opts.AllRanks {
 		worldSize = 0
 	}
-	steps, err := candidateSteps(ctx, s, worldSize, backoff)
+	steps, err := candidateSteps(ctx, s, worldSize)
 	if err != nil {
 		return nil, err
 	}
@@ -294,7 +292,7 @@ func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, o
 		if rank >= g.worldSize && !opts.AllRanks {
 			continue
 		}
-		res, err := restoreStep(ctx, s, g, rank, dir, opts, backoff)
+		res, err := restoreStep(ctx, s, g, rank, dir, opts)
 		if err == nil {
 			res.Fallbacks = fallbacks
 			return res, nil
@@ -321,7 +319,7 @@ func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, o
 
 // restoreStep restores rank's snapshot of g (every rank's, with
 // opts.AllRanks), a step candidateSteps returned, if the step is complete.
-func restoreStep(ctx context.Context, s storage.Store, g *stepGroup, rank int, dir string, opts RestoreOptions, backoff Backoff) (*RestoreResult, error) {
+func restoreStep(ctx context.Context, s storage.Store, g *stepGroup, rank int, dir string, opts RestoreOptions) (*RestoreResult, error) {
 	switch v, why := g.judge(); v {
 	case verdictNotPaired:
 		return nil, fmt.Errorf("checkpoint: step %d of %d ranks: %s: %w", g.step, g.worldSize, why, ErrNotPaired)
@@ -329,9 +327,9 @@ func restoreStep(ctx context.Context, s storage.Store, g *stepGroup, rank int, d
 		return nil, fmt.Errorf("checkpoint: step %d of %d ranks: %s: %w", g.step, g.worldSize, why, g.firstErr())
 	}
 	if opts.AllRanks {
-		return restoreAll(ctx, s, g, rank, dir, opts, backoff)
+		return restoreAll(ctx, s, g, rank, dir, opts)
 	}
-	return restoreOne(ctx, s, g.manifests[rank], dir, opts, backoff)
+	return restoreOne(ctx, s, g.manifests[rank], dir, opts)
 }
 
 // dataError reports whether err is about the store's data alone: a
@@ -343,12 +341,12 @@ func dataError(err error) bool {
 
 // findManifest returns the key of the highest revision of rank's manifest
 // at step.
-func findManifest(ctx context.Context, s storage.Store, step int64, rank, worldSize int, backoff Backoff) (string, error) {
+func findManifest(ctx context.Context, s storage.Store, step int64, rank, worldSize int) (string, error) {
 	prefix := fmt.Sprintf("%srank-%05d-of-", stepPrefix(step), rank)
 	if worldSize > 0 {
 		prefix = rankPrefix(step, rank, worldSize)
 	}
-	groups, err := listSteps(ctx, s, prefix, backoff)
+	groups, err := listSteps(ctx, s, prefix)
 	if err != nil {
 		return "", err
 	}
@@ -446,7 +444,7 @@ type restoreJob struct {
 
 // restoreFiles restores files into dir (see Restore); set is the paths
 // format.CheckSet checks as one set (setPaths).
-func restoreFiles(ctx context.Context, s storage.Store, files []File, set []string, dir string, opts RestoreOptions, backoff Backoff) (err error) {
+func restoreFiles(ctx context.Context, s storage.Store, files []File, set []string, dir string, opts RestoreOptions) (err error) {
 	for _, f := range files {
 		if err := CheckPath(f.Path); err != nil { // Validate did; belt and braces
 			return fmt.Errorf("%v: %w", err, ErrCorrupt)
@@ -497,7 +495,7 @@ func restoreFiles(ctx context.Context, s storage.Store, files []File, set []stri
 				// The chunk goes into the temporary file before its hash
 				// is known; a bad chunk fails the whole restore, and the
 				// temporary directory is removed.
-				if err := fetchChunk(ctx, s, job.chunk, job.file.f, job.offset, scratch, backoff); err != nil {
+				if err := fetchChunk(ctx, s, job.chunk, job.file.f, job.offset, scratch); err != nil {
 					cancel(fmt.Errorf("file %s at offset %d: %w", job.file.path, job.offset, err))
 					job.file.release(ctx, cancel)
 					continue
@@ -784,71 +782,84 @@ const fetchBuffer = 1 << 20
 // SHA-256, and writes it at off in w (nil: only check it). Bytes beyond
 // c.Size are counted, never written: w's next range belongs to another
 // chunk. A missing object, or one of the wrong length or hash, wraps
-// ErrCorrupt. A transfer that fails or ends early is retried from the
-// chunk's start; whether it ended early or the object is short is told
-// by the object's stored size. Errors writing to w are not retried.
-func fetchChunk(ctx context.Context, s storage.Store, c Chunk, w io.WriterAt, off int64, scratch []byte, backoff Backoff) error {
+// ErrCorrupt. A transfer that fails is the store's to retry
+// (storage.Retry resumes a cut body); a body that ends early without an
+// error is read on from where it ended when the stored size says the
+// object is whole, so that it is not taken for a short chunk. Errors
+// writing to w are permanent.
+func fetchChunk(ctx context.Context, s storage.Store, c Chunk, w io.WriterAt, off int64, scratch []byte) error {
 	key := chunkKey(c.SHA256)
-	var n int64
-	h := sha256.New()
-	err := retry(ctx, backoff, func() error {
-		rc, err := s.Get(ctx, key, 0, -1)
-		if err != nil {
-			return err
-		}
-		defer rc.Close()
-		h.Reset()
-		n = 0
-		r := io.LimitReader(rc, c.Size+1) // one byte more tells a long object
-		for {
-			// Fill scratch, so that writes are large.
-			m := 0
-			var rerr error
-			for m < len(scratch) && rerr == nil {
-				var k int
-				k, rerr = r.Read(scratch[m:])
-				m += k
-			}
-			h.Write(scratch[:m])
-			if w != nil && n < c.Size && m > 0 {
-				if _, werr := w.WriteAt(scratch[:min(int64(m), c.Size-n)], off+n); werr != nil {
-					return storage.Permanent(writeFailed(werr))
-				}
-			}
-			n += int64(m)
-			if rerr == io.EOF {
-				break
-			}
-			if rerr != nil {
-				return rerr // a transfer error (even io.ErrUnexpectedEOF): retried
+	f := &chunkFetch{c: c, w: w, off: off, scratch: scratch, h: sha256.New()}
+	err := f.get(ctx, s, key, 0, -1)
+	if err == nil && f.n < c.Size {
+		// A transfer cut short and an object that is too short end
+		// alike; the stored size tells them apart.
+		var oi storage.ObjectInfo
+		if oi, err = s.Stat(ctx, key); err == nil && oi.Size == c.Size {
+			if err = f.get(ctx, s, key, f.n, c.Size-f.n); err == nil && f.n < c.Size {
+				err = fmt.Errorf("the transfer ended after %d of %d bytes", f.n, c.Size)
 			}
 		}
-		if n < c.Size {
-			// A transfer cut short and an object that is too short end
-			// alike; the stored size tells them apart.
-			oi, err := s.Stat(ctx, key)
-			if err != nil {
-				return err
-			}
-			if oi.Size == c.Size {
-				return fmt.Errorf("download %s: the transfer ended after %d of %d bytes", key, n, c.Size)
-			}
-		}
-		return nil
-	})
+	}
 	if errors.Is(err, storage.ErrNotExist) {
 		return fmt.Errorf("chunk %s is missing: %w: %w", key, err, ErrCorrupt)
 	}
 	if err != nil {
 		return fmt.Errorf("download %s: %w", key, err)
 	}
-	if n != c.Size {
-		return fmt.Errorf("chunk %s has the wrong length (want %d bytes, got %d): %w", key, c.Size, n, ErrCorrupt)
+	if f.n != c.Size {
+		return fmt.Errorf("chunk %s has the wrong length (want %d bytes, got %d): %w", key, c.Size, f.n, ErrCorrupt)
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != c.SHA256 {
+	if got := hex.EncodeToString(f.h.Sum(nil)); got != c.SHA256 {
 		return fmt.Errorf("chunk %s has sha256 %s: %w", key, got, ErrCorrupt)
 	}
 	return nil
+}
+
+// chunkFetch is one chunk's download: the bytes read so far (n) and their
+// hash.
+type chunkFetch struct {
+	c       Chunk
+	w       io.WriterAt
+	off     int64
+	scratch []byte
+	h       hash.Hash
+	n       int64
+}
+
+// get reads length bytes (-1: to the end) of key from offset, which is
+// f.n, up to one byte more than the chunk's size: that byte tells a long
+// object.
+func (f *chunkFetch) get(ctx context.Context, s storage.Store, key string, offset, length int64) error {
+	rc, err := s.Get(ctx, key, offset, length)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	r := io.LimitReader(rc, f.c.Size+1-f.n)
+	for {
+		// Fill scratch, so that writes are large.
+		m := 0
+		var rerr error
+		for m < len(f.scratch) && rerr == nil {
+			var k int
+			k, rerr = r.Read(f.scratch[m:])
+			m += k
+		}
+		f.h.Write(f.scratch[:m])
+		if f.w != nil && f.n < f.c.Size && m > 0 {
+			if _, werr := f.w.WriteAt(f.scratch[:min(int64(m), f.c.Size-f.n)], f.off+f.n); werr != nil {
+				return storage.Permanent(writeFailed(werr))
+			}
+		}
+		f.n += int64(m)
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
 }
 
 func cmpOrInt(v, def int) int {

@@ -137,7 +137,7 @@ func uniqueChunks(m *Manifest, older tree, u *Uploader) []string {
 func checkDamage(t *testing.T, s storage.Store, c corruption, older tree) {
 	t.Helper()
 	ctx := context.Background()
-	rep, err := Verify(ctx, s, 2, VerifyOptions{WorldSize: 1, ReadData: Subset{1, 1}, Backoff: noWait})
+	rep, err := Verify(ctx, s, 2, VerifyOptions{WorldSize: 1, ReadData: Subset{1, 1}})
 	if err != nil {
 		t.Fatalf("Verify: %v", err)
 	}
@@ -145,7 +145,7 @@ func checkDamage(t *testing.T, s storage.Store, c corruption, older tree) {
 		t.Errorf("Verify problems %v, want one %s", rep.Problems, c.kind)
 	}
 	dir := t.TempDir()
-	res, err := RestoreLatest(ctx, s, 0, dir, RestoreOptions{Backoff: noWait})
+	res, err := RestoreLatest(ctx, s, 0, dir, RestoreOptions{})
 	if err != nil {
 		t.Fatalf("RestoreLatest: %v", err)
 	}
@@ -176,13 +176,13 @@ func TestRestoreLeavesUserFilesUntilComplete(t *testing.T) {
 	if err := s.Delete(ctx, chunkKey(last.Chunks[len(last.Chunks)-1].SHA256)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Restore(ctx, s, 1, 0, dir, RestoreOptions{Backoff: noWait}); !errors.Is(err, ErrCorrupt) {
+	if _, err := Restore(ctx, s, 1, 0, dir, RestoreOptions{}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Restore with a missing chunk = %v, want ErrCorrupt", err)
 	}
 	checkTree(t, dir, user) // also proves no temporary directory is left
 
 	res = upload(t, newUploader(s, nil), 2, 0, 1, tr)
-	if _, err := Restore(ctx, s, 2, 0, dir, RestoreOptions{Backoff: noWait}); err != nil {
+	if _, err := Restore(ctx, s, 2, 0, dir, RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	want := tree{"notes.txt": user["notes.txt"]}
@@ -239,7 +239,7 @@ func TestRestoreLatestAllCorrupt(t *testing.T) {
 	s := mem.New()
 	upload(t, newUploader(s, nil), 1, 0, 1, tree{"a": []byte("a")})
 	putBytes(t, s, manifestKey(1, 0, 1, 0), []byte("{"))
-	res, err := RestoreLatest(context.Background(), s, 0, t.TempDir(), RestoreOptions{Backoff: noWait})
+	res, err := RestoreLatest(context.Background(), s, 0, t.TempDir(), RestoreOptions{})
 	if !errors.Is(err, ErrNoCheckpoint) || !errors.Is(err, ErrCorrupt) || len(res.Fallbacks) != 1 {
 		t.Errorf("RestoreLatest = %+v, %v; want ErrNoCheckpoint and ErrCorrupt with one fallback", res, err)
 	}
@@ -281,7 +281,7 @@ func TestRestoreTooLargeForTheVolume(t *testing.T) {
 		}
 		return inner.Get(ctx, key, offset, length)
 	}
-	_, err := Restore(ctx, s, 1, 0, small, RestoreOptions{Backoff: noWait})
+	_, err := Restore(ctx, s, 1, 0, small, RestoreOptions{})
 	if !errors.Is(err, unix.ENOSPC) {
 		t.Fatalf("Restore into a 4 MiB volume of a 6 MiB snapshot = %v, want ENOSPC", err)
 	}

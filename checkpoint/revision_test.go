@@ -59,17 +59,17 @@ func TestSplitSaveIsRevised(t *testing.T) {
 			t.Errorf("List = %+v, %v; want step 100 at revision 1", snaps, err)
 		}
 		out := t.TempDir()
-		rr, err := Restore(ctx, s, 100, 0, out, RestoreOptions{Backoff: noWait})
+		rr, err := Restore(ctx, s, 100, 0, out, RestoreOptions{})
 		if err != nil || rr.Revision != 1 {
 			t.Fatalf("Restore = %+v, %v; want revision 1", rr, err)
 		}
 		checkTree(t, out, full)
 		out = t.TempDir()
-		if rr, err := RestoreLatest(ctx, s, 0, out, RestoreOptions{Backoff: noWait}); err != nil || rr.Step != 100 || rr.Revision != 1 {
+		if rr, err := RestoreLatest(ctx, s, 0, out, RestoreOptions{}); err != nil || rr.Step != 100 || rr.Revision != 1 {
 			t.Fatalf("RestoreLatest = %+v, %v", rr, err)
 		}
 		checkTree(t, out, full)
-		rep, err := Verify(ctx, s, 100, VerifyOptions{ReadData: Subset{1, 1}, Backoff: noWait})
+		rep, err := Verify(ctx, s, 100, VerifyOptions{ReadData: Subset{1, 1}})
 		if err != nil || !rep.OK() || rep.Revision != 1 || rep.Chunks != second.Chunks {
 			t.Errorf("Verify = %+v, %v; want revision 1 with its %d chunks", rep, err, second.Chunks)
 		}
@@ -168,7 +168,7 @@ func TestCommitRevisions(t *testing.T) {
 						t.Errorf("commit %d: manifest counter %v, want %v", i, res.Manifest.Counter, c.counter)
 					}
 					out := t.TempDir()
-					if _, err := RestoreLatest(ctx, s, 0, out, RestoreOptions{Backoff: noWait}); err != nil {
+					if _, err := RestoreLatest(ctx, s, 0, out, RestoreOptions{}); err != nil {
 						t.Fatalf("commit %d: RestoreLatest: %v", i, err)
 					}
 					checkTree(t, out, c.restores)
@@ -213,7 +213,7 @@ func TestCommitRaces(t *testing.T) {
 			t.Errorf("manifests %v, want revisions 0, 1 and 2", keys)
 		}
 		out := t.TempDir()
-		if _, err := Restore(ctx, inner, 3, 0, out, RestoreOptions{Backoff: noWait}); err != nil {
+		if _, err := Restore(ctx, inner, 3, 0, out, RestoreOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		checkTree(t, out, c)
@@ -260,7 +260,7 @@ func TestRevisionsOfRanks(t *testing.T) {
 	}
 	for rank, want := range []tree{r0b, r1} {
 		out := t.TempDir()
-		res, err := RestoreLatest(ctx, s, rank, out, RestoreOptions{Backoff: noWait})
+		res, err := RestoreLatest(ctx, s, rank, out, RestoreOptions{})
 		if err != nil || res.Revision != 1-rank {
 			t.Fatalf("RestoreLatest rank %d = %+v, %v", rank, res, err)
 		}
@@ -284,7 +284,7 @@ func TestManifestRevisionMatchesKey(t *testing.T) {
 	res := upload(t, u, 2, 0, 1, sampleTree(3)) // revision 1
 	putBytes(t, s, manifestKey(2, 0, 1, 2), getBytes(t, s, res.Key))
 	out := t.TempDir()
-	rr, err := RestoreLatest(ctx, s, 0, out, RestoreOptions{Backoff: noWait})
+	rr, err := RestoreLatest(ctx, s, 0, out, RestoreOptions{})
 	if err != nil || rr.Step != 1 || len(rr.Fallbacks) != 1 || !errors.Is(rr.Fallbacks[0].Err, ErrCorrupt) ||
 		!strings.Contains(rr.Fallbacks[0].Err.Error(), "revision 1") {
 		t.Errorf("RestoreLatest = %+v, %v; want step 1 after step 2's revision 2 is found corrupt", rr, err)

@@ -228,26 +228,23 @@ func rankList(ranks []int) string {
 // listSteps groups the manifest keys by (step, world size), in ascending
 // order of step and then world size, each rank with its highest revision.
 // Keys that are not manifest keys are ignored.
-func listSteps(ctx context.Context, s storage.Store, prefix string, backoff Backoff) ([]*stepGroup, error) {
+func listSteps(ctx context.Context, s storage.Store, prefix string) ([]*stepGroup, error) {
 	var groups []*stepGroup
-	err := retry(ctx, backoff, func() error {
-		groups = nil
-		byKey := make(map[[2]int64]*stepGroup)
-		return s.List(ctx, prefix, func(oi storage.ObjectInfo) error {
-			step, rank, n, rev, ok := parseManifestKey(oi.Key)
-			if !ok {
-				return nil
-			}
-			g := byKey[[2]int64{step, int64(n)}]
-			if g == nil {
-				g = &stepGroup{step: step, worldSize: n, keys: make(map[int]storage.ObjectInfo),
-					revisions: make(map[int]int), older: make(map[int][]revisionKey)}
-				byKey[[2]int64{step, int64(n)}] = g
-				groups = append(groups, g)
-			}
-			g.add(rank, rev, oi)
+	byKey := make(map[[2]int64]*stepGroup)
+	err := s.List(ctx, prefix, func(oi storage.ObjectInfo) error {
+		step, rank, n, rev, ok := parseManifestKey(oi.Key)
+		if !ok {
 			return nil
-		})
+		}
+		g := byKey[[2]int64{step, int64(n)}]
+		if g == nil {
+			g = &stepGroup{step: step, worldSize: n, keys: make(map[int]storage.ObjectInfo),
+				revisions: make(map[int]int), older: make(map[int][]revisionKey)}
+			byKey[[2]int64{step, int64(n)}] = g
+			groups = append(groups, g)
+		}
+		g.add(rank, rev, oi)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: list %s in %s: %w", prefix, s, err)
@@ -270,7 +267,7 @@ const manifestReaders = 16
 // manifestReaders at a time, into each group's manifests, or its errs
 // for a manifest that is invalid or vanished. Any other failure (the
 // store, after retries; ctx) is returned.
-func readGroups(ctx context.Context, s storage.Store, groups []*stepGroup, backoff Backoff) error {
+func readGroups(ctx context.Context, s storage.Store, groups []*stepGroup) error {
 	type job struct {
 		g    *stepGroup
 		rank int
@@ -295,7 +292,7 @@ func readGroups(ctx context.Context, s storage.Store, groups []*stepGroup, backo
 	for range min(manifestReaders, len(jobs)) {
 		wg.Go(func() {
 			for j := range next {
-				m, err := readManifest(ctx, s, j.g.keys[j.rank].Key, backoff)
+				m, err := readManifest(ctx, s, j.g.keys[j.rank].Key)
 				if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, storage.ErrNotExist) {
 					cancel(err)
 				}
@@ -338,15 +335,15 @@ func newestFirst(groups []*stepGroup) {
 // candidateSteps returns the steps of worldSize (0: any) whose ranks all
 // have a manifest, with their manifests read, newest first (newestFirst).
 // Their verdicts tell which are complete.
-func candidateSteps(ctx context.Context, s storage.Store, worldSize int, backoff Backoff) ([]*stepGroup, error) {
-	groups, err := listSteps(ctx, s, snapshotsPrefix, backoff)
+func candidateSteps(ctx context.Context, s storage.Store, worldSize int) ([]*stepGroup, error) {
+	groups, err := listSteps(ctx, s, snapshotsPrefix)
 	if err != nil {
 		return nil, err
 	}
 	groups = slices.DeleteFunc(groups, func(g *stepGroup) bool {
 		return !g.allRanks() || worldSize != 0 && g.worldSize != worldSize
 	})
-	if err := readGroups(ctx, s, groups, backoff); err != nil {
+	if err := readGroups(ctx, s, groups); err != nil {
 		return nil, fmt.Errorf("checkpoint: read manifests in %s: %w", s, err)
 	}
 	newestFirst(groups)
@@ -360,7 +357,7 @@ func candidateSteps(ctx context.Context, s storage.Store, worldSize int, backoff
 // (to tell which are complete and when they were committed); Restore
 // checks the chunks.
 func Latest(ctx context.Context, s storage.Store, worldSize int) (int64, error) {
-	steps, err := candidateSteps(ctx, s, worldSize, DefaultBackoff())
+	steps, err := candidateSteps(ctx, s, worldSize)
 	if err != nil {
 		return 0, err
 	}
@@ -391,17 +388,16 @@ func ListChecked(ctx context.Context, s storage.Store) ([]Snapshot, error) {
 }
 
 func list(ctx context.Context, s storage.Store, checkChunks bool) ([]Snapshot, error) {
-	backoff := DefaultBackoff()
-	groups, err := listSteps(ctx, s, snapshotsPrefix, backoff)
+	groups, err := listSteps(ctx, s, snapshotsPrefix)
 	if err != nil {
 		return nil, err
 	}
-	if err := readGroups(ctx, s, groups, backoff); err != nil {
+	if err := readGroups(ctx, s, groups); err != nil {
 		return nil, fmt.Errorf("checkpoint: read manifests in %s: %w", s, err)
 	}
 	var stored chunkSizes
 	if checkChunks {
-		if stored, err = listChunks(ctx, s, backoff); err != nil {
+		if stored, err = listChunks(ctx, s); err != nil {
 			return nil, err
 		}
 	}
@@ -443,16 +439,13 @@ func list(ctx context.Context, s storage.Store, checkChunks bool) ([]Snapshot, e
 type chunkSizes map[[32]byte]int64
 
 // listChunks lists chunks/ once.
-func listChunks(ctx context.Context, s storage.Store, backoff Backoff) (chunkSizes, error) {
-	var sizes chunkSizes
-	err := retry(ctx, backoff, func() error {
-		sizes = chunkSizes{}
-		return s.List(ctx, chunksPrefix, func(oi storage.ObjectInfo) error {
-			if sum, ok := parseChunkKey(oi.Key); ok {
-				sizes[sumKey(sum)] = oi.Size
-			}
-			return nil
-		})
+func listChunks(ctx context.Context, s storage.Store) (chunkSizes, error) {
+	sizes := chunkSizes{}
+	err := s.List(ctx, chunksPrefix, func(oi storage.ObjectInfo) error {
+		if sum, ok := parseChunkKey(oi.Key); ok {
+			sizes[sumKey(sum)] = oi.Size
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: list %s in %s: %w", chunksPrefix, s, err)
@@ -494,17 +487,8 @@ func sumKey(sum string) [32]byte {
 // readManifest gets, decodes and validates the manifest at key, and checks
 // that it names the step, rank, world size and revision its key does. Invalid data
 // wraps ErrCorrupt; a missing key wraps storage.ErrNotExist.
-func readManifest(ctx context.Context, s storage.Store, key string, backoff Backoff) (*Manifest, error) {
-	var data []byte
-	err := retry(ctx, backoff, func() error {
-		rc, err := s.Get(ctx, key, 0, -1)
-		if err != nil {
-			return err
-		}
-		defer rc.Close()
-		data, err = io.ReadAll(io.LimitReader(rc, MaxManifestSize+1))
-		return err
-	})
+func readManifest(ctx context.Context, s storage.Store, key string) (*Manifest, error) {
+	data, err := getAll(ctx, s, key, MaxManifestSize+1)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: read manifest %s: %w", key, err)
 	}
@@ -516,4 +500,14 @@ func readManifest(ctx context.Context, s storage.Store, key string, backoff Back
 		return nil, fmt.Errorf("checkpoint: read manifest %s: it says step %d rank %d of %d revision %d: %w", key, m.Step, m.Rank, m.WorldSize, m.Revision, ErrCorrupt)
 	}
 	return m, nil
+}
+
+// getAll reads up to limit bytes of the object at key.
+func getAll(ctx context.Context, s storage.Store, key string, limit int64) ([]byte, error) {
+	rc, err := s.Get(ctx, key, 0, -1)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(io.LimitReader(rc, limit))
 }

@@ -64,7 +64,6 @@ type Uploader struct {
 	// SafetyWindow must not exceed the window Prune runs with. Default
 	// DefaultSafetyWindow.
 	SafetyWindow time.Duration
-	Backoff      Backoff      // retries of transient store errors, default DefaultBackoff
 	Clock        Clock        // default time.Now
 	Producer     string       // recorded in the manifest, default "lifeboat"
 	Log          *slog.Logger // default: discard
@@ -219,7 +218,7 @@ func (u *Uploader) FinalUploadFiles(ctx context.Context, dir string, paths []str
 // storeIndex returns a copy of what is known of the store's chunks: a new
 // listing when list is set or nothing is known yet, which then replaces
 // what was known.
-func (u *Uploader) storeIndex(ctx context.Context, list bool, backoff Backoff) (map[string]time.Time, error) {
+func (u *Uploader) storeIndex(ctx context.Context, list bool) (map[string]time.Time, error) {
 	if !list {
 		u.mu.Lock()
 		index := maps.Clone(u.index)
@@ -228,7 +227,7 @@ func (u *Uploader) storeIndex(ctx context.Context, list bool, backoff Backoff) (
 			return index, nil
 		}
 	}
-	index, err := loadIndex(ctx, u.Store, backoff)
+	index, err := loadIndex(ctx, u.Store)
 	if err != nil {
 		return nil, err
 	}
@@ -262,7 +261,6 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, targe
 	if window == 0 {
 		window = DefaultSafetyWindow
 	}
-	backoff := orDefaultBackoff(u.Backoff)
 	clock := orDefaultClock(u.Clock)
 	log := u.Log
 	if log == nil {
@@ -301,7 +299,7 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, targe
 	// Chunks stored before start whose age exceeds reuseAge may be pruned
 	// before this upload commits: they are Put again (docs/FORMAT.md).
 	reuseAge := window - window/4
-	index, err := u.storeIndex(ctx, list, backoff)
+	index, err := u.storeIndex(ctx, list)
 	if err != nil {
 		return nil, err
 	}
@@ -396,7 +394,7 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, targe
 					pool <- job.buf
 					continue
 				}
-				err := u.storeChunk(ctx, job, backoff, func(sum string) (skip bool) {
+				err := u.storeChunk(ctx, job, func(sum string) (skip bool) {
 					mu.Lock()
 					defer mu.Unlock()
 					if attempts[job.file] != job.attempt {
@@ -453,7 +451,7 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, targe
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
-	c, err := u.commit(ctx, m, backoff)
+	c, err := u.commit(ctx, m)
 	if err != nil {
 		return nil, err
 	}
@@ -471,7 +469,7 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, targe
 
 // storeChunk hashes job's bytes and Puts them unless skip(sum) says the
 // store holds them already; done reports which happened.
-func (u *Uploader) storeChunk(ctx context.Context, job uploadJob, backoff Backoff, skip func(sum string) bool, done func(uploaded bool)) error {
+func (u *Uploader) storeChunk(ctx context.Context, job uploadJob, skip func(sum string) bool, done func(uploaded bool)) error {
 	sum, crc := storage.Checksums(job.buf)
 	if skip(sum) {
 		done(false)
@@ -479,11 +477,7 @@ func (u *Uploader) storeChunk(ctx context.Context, job uploadJob, backoff Backof
 	}
 	key := chunkKey(sum)
 	begun := orDefaultClock(u.Clock)()
-	err := retry(ctx, backoff, func() error {
-		_, err := u.Store.Put(ctx, key, bytes.NewReader(job.buf), int64(len(job.buf)), storage.PutOptions{SHA256: sum, CRC32C: crc})
-		return err
-	})
-	if err != nil {
+	if _, err := u.Store.Put(ctx, key, bytes.NewReader(job.buf), int64(len(job.buf)), storage.PutOptions{SHA256: sum, CRC32C: crc}); err != nil {
 		return fmt.Errorf("checkpoint: upload %s: %w", key, err)
 	}
 	u.stored(sum, begun)
@@ -492,16 +486,13 @@ func (u *Uploader) storeChunk(ctx context.Context, job uploadJob, backoff Backof
 }
 
 // loadIndex lists the stored chunks with their modification times.
-func loadIndex(ctx context.Context, s storage.Store, backoff Backoff) (map[string]time.Time, error) {
-	var index map[string]time.Time
-	err := retry(ctx, backoff, func() error {
-		index = make(map[string]time.Time)
-		return s.List(ctx, chunksPrefix, func(oi storage.ObjectInfo) error {
-			if sum, ok := parseChunkKey(oi.Key); ok {
-				index[sum] = oi.ModTime
-			}
-			return nil
-		})
+func loadIndex(ctx context.Context, s storage.Store) (map[string]time.Time, error) {
+	index := make(map[string]time.Time)
+	err := s.List(ctx, chunksPrefix, func(oi storage.ObjectInfo) error {
+		if sum, ok := parseChunkKey(oi.Key); ok {
+			index[sum] = oi.ModTime
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: list %s in %s: %w", chunksPrefix, s, err)

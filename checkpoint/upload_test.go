@@ -31,7 +31,7 @@ func TestRoundTrip(t *testing.T) {
 			t.Errorf("manifest key %q", res.Key)
 		}
 		dir := t.TempDir()
-		rr, err := Restore(ctx, s, 100, 0, dir, RestoreOptions{Workers: 3, Backoff: noWait})
+		rr, err := Restore(ctx, s, 100, 0, dir, RestoreOptions{Workers: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +47,7 @@ func TestRoundTrip(t *testing.T) {
 		if err != nil || step != 100 {
 			t.Errorf("Latest = %d, %v; want 100", step, err)
 		}
-		rep, err := Verify(ctx, s, 100, VerifyOptions{ReadData: Subset{1, 1}, Backoff: noWait})
+		rep, err := Verify(ctx, s, 100, VerifyOptions{ReadData: Subset{1, 1}})
 		if err != nil || !rep.OK() || rep.ChunksRead != rep.Chunks || rep.Manifests != 1 {
 			t.Errorf("Verify = %+v, %v", rep, err)
 		}
@@ -80,7 +80,7 @@ func TestUploadDedupe(t *testing.T) {
 			t.Errorf("in-place change of %d bytes moved %d, want <= %d", changed, part.UploadedBytes, max)
 		}
 		dir := t.TempDir()
-		if _, err := Restore(context.Background(), s, 3, 0, dir, RestoreOptions{Backoff: noWait}); err != nil {
+		if _, err := Restore(context.Background(), s, 3, 0, dir, RestoreOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		checkTree(t, dir, tr)
@@ -178,13 +178,13 @@ func TestMultiRank(t *testing.T) {
 		}
 		for rank := range 3 {
 			dir := t.TempDir()
-			res, err := RestoreLatest(ctx, s, rank, dir, RestoreOptions{WorldSize: 3, Backoff: noWait})
+			res, err := RestoreLatest(ctx, s, rank, dir, RestoreOptions{WorldSize: 3})
 			if err != nil || res.Step != 1 || len(res.Fallbacks) != 0 {
 				t.Fatalf("RestoreLatest rank %d = %+v, %v; want step 1", rank, res, err)
 			}
 			checkTree(t, dir, trees[[2]int{1, rank}])
 		}
-		rep, err := Verify(ctx, s, 2, VerifyOptions{Backoff: noWait})
+		rep, err := Verify(ctx, s, 2, VerifyOptions{})
 		if err != nil || len(rep.Problems) != 1 || rep.Problems[0].Kind != MissingManifest {
 			t.Errorf("Verify step 2 = %+v, %v; want one missing manifest", rep, err)
 		}
@@ -213,7 +213,7 @@ func TestUploadFiles(t *testing.T) {
 			t.Errorf("uploaded %d files, %d bytes; want 2, %d", res.Files, res.Bytes, 3010+2*12)
 		}
 		dst := t.TempDir()
-		if _, err := Restore(ctx, s, 2, 0, dst, RestoreOptions{Backoff: noWait}); err != nil {
+		if _, err := Restore(ctx, s, 2, 0, dst, RestoreOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		checkTree(t, dst, tree{"step-2/model.pdparams": pickleOf(randomBytes(2, 3000)), "step-2/opt.pdopt": pickleOf(randomBytes(3, 10))})
@@ -282,7 +282,7 @@ func TestUnchangedFilesAreNotReadAgain(t *testing.T) {
 		t.Errorf("after a same-size rewrite: reused %d files (want %d), uploaded %d bytes", third.ReusedFiles, len(tr)-1, third.UploadedBytes)
 	}
 	out := t.TempDir()
-	if _, err := Restore(ctx, s, 3, 0, out, RestoreOptions{Backoff: noWait}); err != nil {
+	if _, err := Restore(ctx, s, 3, 0, out, RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	tr["model.pdparams"] = changed

@@ -95,8 +95,7 @@ type VerifyOptions struct {
 	// ReadData are the chunks to download and hash; the rest are only
 	// Stat-ed. The zero value is ReadNone: pass ReadAll to read everything.
 	ReadData Subset
-	Workers  int     // parallel chunk checks, default DefaultDownloadWorkers
-	Backoff  Backoff // default DefaultBackoff
+	Workers  int // parallel chunk checks, default DefaultDownloadWorkers
 }
 
 // VerifyReport is what Verify found. OK reports a restorable snapshot.
@@ -123,8 +122,7 @@ func (r *VerifyReport) OK() bool { return len(r.Problems) == 0 }
 // restore does. Problems are reported in the
 // report; the error is for failures to check (store unreachable, ctx).
 func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions) (*VerifyReport, error) {
-	backoff := orDefaultBackoff(opts.Backoff)
-	groups, err := listSteps(ctx, s, stepPrefix(step), backoff)
+	groups, err := listSteps(ctx, s, stepPrefix(step))
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +159,7 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 			continue
 		}
 		key := oi.Key
-		m, err := readManifest(ctx, s, key, backoff)
+		m, err := readManifest(ctx, s, key)
 		switch {
 		case errors.Is(err, ErrCorrupt) || errors.Is(err, storage.ErrNotExist):
 			problem(Problem{BadManifest, key, err.Error()})
@@ -189,7 +187,7 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 		wg.Go(func() {
 			scratch := make([]byte, fetchBuffer)
 			for sum := range jobs {
-				p, read, err := checkChunk(ctx, s, sum, chunks[sum], opts.ReadData.Contains(sum), scratch, backoff)
+				p, read, err := checkChunk(ctx, s, sum, chunks[sum], opts.ReadData.Contains(sum), scratch)
 				if err != nil {
 					cancel(err)
 					continue
@@ -224,13 +222,9 @@ feed:
 }
 
 // checkChunk Stats a chunk and, when read is set, downloads and hashes it.
-func checkChunk(ctx context.Context, s storage.Store, sum string, size int64, read bool, scratch []byte, backoff Backoff) (*Problem, bool, error) {
+func checkChunk(ctx context.Context, s storage.Store, sum string, size int64, read bool, scratch []byte) (*Problem, bool, error) {
 	key := chunkKey(sum)
-	var oi storage.ObjectInfo
-	err := retry(ctx, backoff, func() (err error) {
-		oi, err = s.Stat(ctx, key)
-		return err
-	})
+	oi, err := s.Stat(ctx, key)
 	switch {
 	case errors.Is(err, storage.ErrNotExist):
 		return &Problem{MissingChunk, key, "not in the store"}, false, nil
@@ -243,7 +237,7 @@ func checkChunk(ctx context.Context, s storage.Store, sum string, size int64, re
 	case !read:
 		return nil, false, nil
 	}
-	err = fetchChunk(ctx, s, Chunk{SHA256: sum, Size: size}, nil, 0, scratch, backoff)
+	err = fetchChunk(ctx, s, Chunk{SHA256: sum, Size: size}, nil, 0, scratch)
 	switch {
 	case errors.Is(err, ErrCorrupt):
 		return &Problem{CorruptChunk, key, err.Error()}, true, nil

@@ -83,7 +83,7 @@ func TestUploadRefusesTornFiles(t *testing.T) {
 					t.Fatal(err)
 				}
 				out := t.TempDir()
-				if _, err := Restore(ctx, s, 1, tt.rank, out, RestoreOptions{Backoff: noWait, SkipFormatCheck: tt.skip, WorldSize: world}); err != nil {
+				if _, err := Restore(ctx, s, 1, tt.rank, out, RestoreOptions{SkipFormatCheck: tt.skip, WorldSize: world}); err != nil {
 					t.Fatal(err)
 				}
 				checkTree(t, out, tt.tr)
@@ -125,12 +125,12 @@ func TestRestoreFallsBackPastTornFile(t *testing.T) {
 	dir := t.TempDir()
 	user := tree{"notes.txt": []byte("keep me")}
 	writeTree(t, dir, user)
-	if _, err := Restore(ctx, s, 2, 0, dir, RestoreOptions{Backoff: noWait}); !errors.Is(err, ErrCorrupt) || !errors.Is(err, format.ErrTorn) {
+	if _, err := Restore(ctx, s, 2, 0, dir, RestoreOptions{}); !errors.Is(err, ErrCorrupt) || !errors.Is(err, format.ErrTorn) {
 		t.Fatalf("Restore of the torn snapshot = %v, want ErrCorrupt and format.ErrTorn", err)
 	}
 	checkTree(t, dir, user) // nothing moved in, no temporary directory left
 
-	res, err := RestoreLatest(ctx, s, 0, dir, RestoreOptions{Backoff: noWait})
+	res, err := RestoreLatest(ctx, s, 0, dir, RestoreOptions{})
 	if err != nil || res.Step != 1 {
 		t.Fatalf("RestoreLatest = %+v, %v; want step 1", res, err)
 	}
@@ -143,7 +143,7 @@ func TestRestoreFallsBackPastTornFile(t *testing.T) {
 	checkTree(t, dir, want)
 
 	dir = t.TempDir()
-	if res, err := RestoreLatest(ctx, s, 0, dir, RestoreOptions{Backoff: noWait, SkipFormatCheck: true}); err != nil || res.Step != 2 {
+	if res, err := RestoreLatest(ctx, s, 0, dir, RestoreOptions{SkipFormatCheck: true}); err != nil || res.Step != 2 {
 		t.Fatalf("RestoreLatest with the checks off = %+v, %v; want step 2", res, err)
 	}
 	checkTree(t, dir, torn)

@@ -150,17 +150,8 @@ func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro ran
 	case err != nil:
 		return nil, fmt.Errorf("restore from %s into %s: %w", s, dir, err)
 	}
-	r := &resume{Dir: filepath.Join(res.Dir, commonDir(res.Manifest)), Step: res.Step, ID: res.Manifest.ID}
-	if all {
-		r.Dir = res.Dir // the directory holding the rank-NNNNN subdirectories
-	}
-	for _, f := range res.Manifest.Files {
-		r.Files = append(r.Files, relTo(dir, res.Dir, f.Path))
-	}
-	b, _ := json.Marshal(r)
-	if err := os.WriteFile(filepath.Join(dir, resumeFile), append(b, '\n'), 0o644); err != nil {
-		log.Warn("resume.write_file_failed", "err", err)
-	}
+	r := resumeOf(dir, res, all)
+	writeResumeFile(dir, r, log)
 	el := time.Since(t0)
 	log.Info("resume.restored", "step", res.Step, "rank", ro.rank, "files", res.Files, "bytes", res.Bytes,
 		"seconds", el.Seconds(), "mb_per_s", float64(res.Bytes)/1e6/max(el.Seconds(), 1e-9), "dir", r.Dir, "id", r.ID)
@@ -227,7 +218,7 @@ type pipeline struct {
 	// container) or "none"; resumeSeconds how long the restore took.
 	resumeSource  string
 	resumeSeconds float64
-	retries       atomic.Int64 // store operations retried after a transient failure
+	retries       atomic.Int64 // store calls retried after a transient failure (storeOptions.onRetry)
 }
 
 // beforeRestart runs between a trainer crash and its restart: it commits
@@ -305,11 +296,13 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	if err := storeOutside(so.url, dir); err != nil {
 		return nil, err
 	}
+	p := &pipeline{dir: dir, ranks: ro, workers: co.workers, allRanks: all, log: log}
+	so.onRetry = func(storage.RetryEvent) { p.retries.Add(1) }
 	s, err := so.open(ctx)
 	if err != nil {
 		return nil, err
 	}
-	p := &pipeline{store: s, dir: dir, ranks: ro, workers: co.workers, allRanks: all, log: log}
+	p.store = s
 	if !co.sidecar {
 		removed, err := checkpoint.RemoveStaleRestores(dir)
 		if len(removed) > 0 {
@@ -363,16 +356,8 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 		p.resume = readResumeFile(dir, log)
 		p.resumeSource = "init"
 	}
-	backoff := checkpoint.DefaultBackoff()
 	u := &checkpoint.Uploader{Store: s, Workers: co.workers, Producer: "lifeboat " + version, Log: log,
-		SkipFormatCheck: co.verifyFormat == "off",
-		Backoff: func(attempt int) (time.Duration, bool) {
-			d, ok := backoff(attempt)
-			if ok {
-				p.retries.Add(1)
-			}
-			return d, ok
-		}}
+		SkipFormatCheck: co.verifyFormat == "off"}
 	p.agent, err = agent.New(agent.Config{Dir: dir, Watcher: w, Uploader: u, Rank: ro.rank, WorldSize: ro.worldSize,
 		Interval: co.interval, Keep: co.keep, Log: log, Settle: co.settle, VerifyFormat: co.verifyFormat != "off"})
 	if err != nil {

@@ -31,6 +31,10 @@ type storeOptions struct {
 	connectTimeout  time.Duration
 	responseTimeout time.Duration
 	stallTimeout    time.Duration
+
+	// onRetry, when set, is told of each store call retried (the
+	// pipeline counts them in its metrics); see storage.RetryPolicy.
+	onRetry func(storage.RetryEvent)
 }
 
 func (o *storeOptions) register(fs *flag.FlagSet) {
@@ -80,7 +84,12 @@ func (p *positiveDuration) Set(s string) error {
 
 // open connects to the store with the backend registered for its URL's
 // scheme (storage/s3 and storage/fs, imported here), its uploads paced by
-// --upload-limit whatever the backend. Credentials come from
+// --upload-limit whatever the backend. Every call to the store it returns
+// is retried after a transient failure (storage.Retry with the default
+// policy, telling onRetry), and a panic in the backend's client is an
+// error (storage.Recover) that is retried like any other; the S3 client's
+// own retries are off (configure), so that this is the one layer of
+// retries. Credentials come from
 // minio-go's providers (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, MINIO_*,
 // the AWS credentials file, IAM and web identity) and never from flags, so
 // they stay out of process listings.
@@ -102,7 +111,7 @@ func (o *storeOptions) open(ctx context.Context) (storage.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return storage.Recover(storage.Limit(s, limit)), nil
+	return storage.Retry(storage.Recover(storage.Limit(s, limit)), storage.RetryPolicy{OnRetry: o.onRetry}), nil
 }
 
 // configure applies the store flags, and the environment they default
@@ -125,6 +134,7 @@ func (o *storeOptions) configure(config any) error {
 	cfg.BucketLookup = s3.BucketLookup(o.lookup)
 	cfg.CreateBucket = o.createBucket
 	cfg.ConnectTimeout, cfg.ResponseTimeout, cfg.StallTimeout = o.connectTimeout, o.responseTimeout, o.stallTimeout
+	cfg.RequestAttempts = 1 // open's storage.Retry retries
 	return nil
 }
 
