@@ -41,9 +41,9 @@ type Config struct {
 	// Interval between scans. Default 2s.
 	Interval time.Duration
 	// Keep prunes the store to the newest Keep complete steps after each
-	// commit, on rank 0 only. 0 never prunes.
-	Keep         int
-	SafetyWindow time.Duration // for Prune; must match the Uploader's
+	// commit, on rank 0 only, with the Uploader's SafetyWindow (so that
+	// the two match). 0 never prunes.
+	Keep int
 	// AssumedThroughput is used for the grace reserve until an upload has
 	// been measured, in bytes per second. Default 50 MB/s.
 	AssumedThroughput float64
@@ -381,7 +381,7 @@ func (a *Agent) upload(ctx context.Context, r watch.Ready, prune bool) error {
 	a.emit(Event{Kind: EventCommitted, Step: r.Step, Bytes: res.Bytes, Seconds: el.Seconds(), Saved: r.LastChange(), Final: !prune})
 	if prune && a.cfg.Keep > 0 && a.cfg.Rank == 0 {
 		pr, err := checkpoint.Prune(ctx, a.cfg.Uploader.Store, checkpoint.PruneOptions{
-			Keep: a.cfg.Keep, SafetyWindow: a.cfg.SafetyWindow, Log: a.cfg.Log})
+			Keep: a.cfg.Keep, SafetyWindow: a.cfg.Uploader.SafetyWindow, Log: a.cfg.Log})
 		if err != nil {
 			a.cfg.Log.Warn("checkpoint.prune_failed", "err", err)
 		} else {

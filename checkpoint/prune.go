@@ -82,10 +82,7 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 	if opts.Keep < 1 {
 		return nil, errors.New("checkpoint: prune: keep must be at least 1, or every checkpoint would be deleted")
 	}
-	window := opts.SafetyWindow
-	if window == 0 {
-		window = DefaultSafetyWindow
-	}
+	window := safetyWindow(opts.SafetyWindow)
 	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -36,6 +36,11 @@ const (
 	DefaultSafetyWindow = 6 * time.Hour
 )
 
+// safetyWindow is the window of an Uploader or a Prune that set w: w, or
+// DefaultSafetyWindow when w is 0. Both read it here, so that their
+// defaults cannot drift apart.
+func safetyWindow(w time.Duration) time.Duration { return cmp.Or(w, DefaultSafetyWindow) }
+
 // ErrInterrupted marks an upload refused because the checkpoint is not
 // whole: a file failed its format check (the error also wraps
 // format.ErrTorn and names the file). Nothing was committed. The error is
@@ -257,10 +262,7 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, targe
 	chunkSize := cmp.Or(u.ChunkSize, DefaultChunkSize)
 	workers := cmp.Or(u.Workers, DefaultUploadWorkers)
 	buffers := max(cmp.Or(u.Buffers, workers+2), 1)
-	window := u.SafetyWindow
-	if window == 0 {
-		window = DefaultSafetyWindow
-	}
+	window := safetyWindow(u.SafetyWindow)
 	clock := orDefaultClock(u.Clock)
 	log := u.Log
 	if log == nil {
