@@ -1,0 +1,135 @@
+package resume
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/lifeboat-project/lifeboat/checkpoint"
+	"github.com/lifeboat-project/lifeboat/watch"
+)
+
+// FileName is the resume file's name in the checkpoint directory.
+const FileName = ".lifeboat-resume.json"
+
+// Point is what the trainer is told to resume from (the package doc
+// describes each member).
+type Point struct {
+	Dir   string   `json:"dir"`
+	Step  int64    `json:"step"`
+	ID    string   `json:"id"`
+	Files []string `json:"files"`
+}
+
+// Env renders p as the trainer's LIFEBOAT_RESUME_* variables; a nil p (a
+// fresh start) sets them empty.
+func (p *Point) Env() []string {
+	if p == nil {
+		return []string{"LIFEBOAT_RESUME_DIR=", "LIFEBOAT_RESUME_STEP=", "LIFEBOAT_RESUME_ID="}
+	}
+	return []string{"LIFEBOAT_RESUME_DIR=" + p.Dir, "LIFEBOAT_RESUME_STEP=" + strconv.FormatInt(p.Step, 10), "LIFEBOAT_RESUME_ID=" + p.ID}
+}
+
+// Restored is the Point of a restore into dir: the deepest directory that
+// holds every restored file (with all, every rank's files were restored and
+// it is the directory holding the ranks), the step, the manifest's ID and
+// the files, relative to dir.
+func Restored(dir string, res *checkpoint.RestoreResult, all bool) *Point {
+	p := &Point{Dir: filepath.Join(res.Dir, commonDir(res.Manifest)), Step: res.Step, ID: res.Manifest.ID}
+	if all {
+		p.Dir = res.Dir
+	}
+	for _, f := range res.Manifest.Files {
+		p.Files = append(p.Files, relTo(dir, res.Dir, f.Path))
+	}
+	return p
+}
+
+// Local is the Point of a complete checkpoint already in dir, found by
+// the watcher: nothing was restored, so it has no ID.
+func Local(dir string, l watch.Ready) *Point {
+	p := &Point{Dir: filepath.Join(dir, filepath.FromSlash(l.Dir)), Step: l.Step}
+	for _, f := range l.Files {
+		p.Files = append(p.Files, path.Join(l.Dir, f.Path))
+	}
+	return p
+}
+
+// Write replaces dir's resume file with p.
+func Write(dir string, p *Point) error {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	name := filepath.Join(dir, FileName)
+	tmp := name + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("resume: write %s: %w", name, err)
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("resume: write %s: %w", name, err)
+	}
+	return nil
+}
+
+// Read reads dir's resume file: nil and no error when there is none, an
+// error when it cannot be read or is not a resume file.
+func Read(dir string) (*Point, error) {
+	name := filepath.Join(dir, FileName)
+	b, err := os.ReadFile(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resume: read %s: %w", name, err)
+	}
+	var p Point
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("resume: read %s: %w", name, err)
+	}
+	return &p, nil
+}
+
+// Remove removes dir's resume file, when there is one.
+func Remove(dir string) error {
+	if err := os.Remove(filepath.Join(dir, FileName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("resume: %w", err)
+	}
+	return nil
+}
+
+// relTo is the slash path of p, relative to sub (a directory in dir),
+// relative to dir.
+func relTo(dir, sub, p string) string {
+	rel, err := filepath.Rel(dir, sub)
+	if err != nil || rel == "." {
+		return p
+	}
+	return path.Join(filepath.ToSlash(rel), p)
+}
+
+// commonDir is the deepest directory that holds every file of m ("" when
+// they are at the top): where the trainer finds the restored checkpoint.
+func commonDir(m *checkpoint.Manifest) string {
+	if len(m.Files) == 0 {
+		return ""
+	}
+	common := path.Dir(m.Files[0].Path)
+	for _, f := range m.Files[1:] {
+		d := path.Dir(f.Path)
+		for common != "." && d != common && !strings.HasPrefix(d, common+"/") {
+			common = path.Dir(common)
+		}
+	}
+	if common == "." {
+		return ""
+	}
+	return common
+}
