@@ -88,6 +88,7 @@ K8S=
 declare -A PIDS=()
 declare -A SAVED_SYSCTL=()
 IPT_BEFORE=
+API_DNAT=()
 CNI_CACHE_NEW=
 CURRENT=
 
@@ -225,6 +226,7 @@ cleanup() {
 	fi
 	# The kubelet's QoS cgroups, deepest first, in every hierarchy.
 	find /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods -depth -type d -exec rmdir {} \; 2>/dev/null
+	((${#API_DNAT[@]})) && iptables -t nat -D "${API_DNAT[@]}" 2>/dev/null
 	ip link del "$BRIDGE" 2>/dev/null
 	if [ -n "$IPT_BEFORE" ]; then
 		drop_chains iptables ""
@@ -457,6 +459,12 @@ control_plane_up() {
 		--root-ca-file "$p/ca.crt" --use-service-account-credentials=false --profiling=false
 	start scheduler "$K8S/kube-scheduler" --kubeconfig "$W/admin.kubeconfig" \
 		--leader-elect=false --secure-port 0 --profiling=false
+	# Pods reach the API as in any cluster, at the kubernetes Service
+	# (10.96.0.1:443): with no kube-proxy, one DNAT rule from the bridge to
+	# the apiserver on 127.0.0.1 (route_localnet on the bridge only).
+	sysctl -qw "net.ipv4.conf.$BRIDGE.route_localnet=1"
+	API_DNAT=(PREROUTING -i "$BRIDGE" -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination "127.0.0.1:$API_PORT")
+	iptables -t nat -A "${API_DNAT[@]}"
 }
 
 kubelet_up() {
@@ -782,6 +790,74 @@ check_rbac() {
 	done
 }
 
+# API_PY runs in a pod as ServiceAccount lifeboat and calls the API the
+# way lifeboat does from its pod (in-cluster: the Service's address, the
+# token and CA the kubelet mounts): read and annotate its own pod, record an
+# Event of each API group, and try to list pods. It prints one status code
+# per call.
+API_PY='
+import datetime, json, os, ssl, urllib.error, urllib.request
+sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+token = open(sa + "/token").read()
+ctx = ssl.create_default_context(cafile=sa + "/ca.crt")
+base = "https://%s:%s" % (os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"])
+ns, name = os.environ["LIFEBOAT_POD_NAMESPACE"], os.environ["LIFEBOAT_POD_NAME"]
+def call(what, method, path, body=None, ctype="application/json"):
+    req = urllib.request.Request(base + path, method=method, data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Authorization": "Bearer " + token, "Content-Type": ctype})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=20) as r:
+            code = r.status
+    except urllib.error.HTTPError as e:
+        code = e.code
+        print("api-error: %s %s" % (what, e.read()[:400]), flush=True)
+    print("api: %s %d" % (what, code), flush=True)
+pod = "/api/v1/namespaces/%s/pods/%s" % (ns, name)
+now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+call("get-own-pod", "GET", pod)
+call("annotate-own-pod", "PATCH", pod, {"metadata": {"annotations": {"lifeboat.example/e2e": "1"}}}, "application/merge-patch+json")
+call("create-event", "POST", "/api/v1/namespaces/%s/events" % ns, {"metadata": {"generateName": name + "-"},
+     "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns}, "reason": "E2E", "message": "core/v1", "type": "Normal"})
+call("create-events.k8s.io", "POST", "/apis/events.k8s.io/v1/namespaces/%s/events" % ns, {"metadata": {"generateName": name + "-"},
+     "regarding": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns}, "reason": "E2E", "note": "events.k8s.io/v1",
+     "type": "Normal", "action": "Checked", "reportingController": "lifeboat.example/e2e", "reportingInstance": name, "eventTime": now})
+call("list-pods", "GET", "/api/v1/namespaces/%s/pods" % ns)
+call("delete-own-pod", "DELETE", pod)
+'
+
+# check_api NS: a pod as ServiceAccount lifeboat reaches the API and may do
+# exactly what rbac.yaml grants.
+check_api() {
+	local ns=$1
+	kc apply -n "$ns" -f - >/dev/null <<-EOF
+		apiVersion: v1
+		kind: Pod
+		metadata: {name: api}
+		spec:
+		  restartPolicy: Never
+		  serviceAccountName: lifeboat
+		  containers:
+		  - name: api
+		    image: $TRAINER_IMAGE
+		    imagePullPolicy: Never
+		    command: [python3, -c, $(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$API_PY")]
+		    env:
+		    - {name: LIFEBOAT_POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+		    - {name: LIFEBOAT_POD_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
+		    resources: {requests: {cpu: 10m}}
+	EOF
+	wait_until 120 "the API pod to end" eval 'terminated "$ns" api api' || die "[$ns] the API pod did not end"
+	local want what code
+	for want in get-own-pod:200 annotate-own-pod:200 create-event:201 create-events.k8s.io:201 list-pods:403 delete-own-pod:403; do
+		what=${want%%:*}
+		code=$(podlog "$ns" api api | sed -n "s/^api: $what \([0-9]*\)$/\1/p")
+		expect "[$ns] from a pod as ServiceAccount lifeboat: $what (HTTP status)" "$code" "${want#*:}"
+	done
+	expect "[$ns] the pod's annotation" "$(kc get pod -n "$ns" api -o jsonpath='{.metadata.annotations.lifeboat\.example/e2e}')" 1
+	expect "[$ns] Events the pod recorded on itself" \
+		"$(kc get events -n "$ns" --field-selector involvedObject.name=api,reason=E2E -o name | wc -l)" 2
+}
+
 # --- scenarios -------------------------------------------------------------
 
 # preempt NS FILE KIND: a, b1, b2. KIND is run (job.yaml: lifeboat run
@@ -856,6 +932,23 @@ preempt() {
 	pass "[$ns] the Job completed"
 	expect "[$ns] Job failures counted" "$(failed_count "$ns" "$job")" 0
 	expect "[$ns] pods the Job made" "$(pods "$ns" | wc -l)" 2
+	if [ "$kind" = run ]; then
+		# lifeboat's own use of the API (package kube), with rbac.yaml's
+		# permissions: Events on its pod and the checkpoint annotation.
+		local reasons
+		reasons=$(kc get events -n "$ns" --field-selector "involvedObject.name=$p1" -o jsonpath='{.items[*].reason}')
+		for want in CheckpointCommitted PreemptedCommitted; do
+			grep -qw "$want" <<<"$reasons" && pass "[$ns] lifeboat recorded Event $want on $p1" ||
+				fail "[$ns] no Event $want on $p1 (it has: $reasons)"
+		done
+		reasons=$(kc get events -n "$ns" --field-selector "involvedObject.name=$p2" -o jsonpath='{.items[*].reason}')
+		grep -qw CheckpointRestored <<<"$reasons" && pass "[$ns] lifeboat recorded Event CheckpointRestored on $p2" ||
+			fail "[$ns] no Event CheckpointRestored on $p2 (it has: $reasons)"
+		local ann
+		ann=$(kc get pod -n "$ns" "$p2" -o jsonpath='{.metadata.annotations.lifeboat\.dev/checkpoint-step}')
+		[[ $ann =~ ^[0-9]+$ ]] && pass "[$ns] lifeboat annotated $p2 with its checkpoint step ($ann)" ||
+			fail "[$ns] $p2 has no lifeboat.dev/checkpoint-step annotation ('$ann')"
+	fi
 }
 
 # config_error: d. A bad flag value fails the Job at once.
@@ -1027,28 +1120,33 @@ bench() {
 	podlog "$ns" "$p2" trainer >"$W/$ns-p2.log"
 	local uid
 	uid=$(ls -d "$W/keep/${ns}_${p2}_"* | head -n 1)
-	python3 - "$t0" "$W/$ns-p1.log" "$W/$ns-p2.log" "$(cat "$uid"/trainer/*.log | head -n 1 | cut -d' ' -f1)" \
-		"$(grep -h ' stdout [FP] trainer: resumed from' "$uid"/trainer/*.log | head -n 1 | cut -d' ' -f1)" <<-'PY'
+	python3 - "$t0" "$W/$ns-p1.log" "$W/$ns-p2.log" \
+		"$(grep -h ' stdout [FP] trainer: resumed from' "$uid"/trainer/*.log | head -n 1 | cut -d' ' -f1)" \
+		"$(pod "$ns" "$p2" 'p["metadata"]["creationTimestamp"]')" \
+		"$(pod "$ns" "$p2" 'cond(p, "PodScheduled").get("lastTransitionTime")')" <<-'PY'
 		import datetime, json, sys
 		def ts(s):
-		    d, frac = s.rstrip("Z").split(".")
+		    d, _, frac = s.rstrip("Z").partition(".")
 		    t = datetime.datetime.strptime(d, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.timezone.utc).timestamp()
-		    return t + float("0." + frac)
-		def event(f, msg):
+		    return t + float("0." + (frac or "0"))
+		def event(f, msg, field="time"):
 		    for line in open(f):
 		        if '"msg":"%s"' % msg in line:
-		            return ts(json.loads(line)["time"])
+		            v = json.loads(line)[field]
+		            return ts(v) if field == "time" else float(v)
 		    raise SystemExit("bench: no %s in %s" % (msg, f))
 		t0 = float(sys.argv[1])
 		term = event(sys.argv[2], "supervisor.stopping")
 		child = event(sys.argv[2], "supervisor.child_exited")
 		exit_ = event(sys.argv[2], "supervisor.exit")
-		start = ts(sys.argv[4])
 		restored = event(sys.argv[3], "resume.restored")
-		resumed = ts(sys.argv[5])
+		restore = event(sys.argv[3], "resume.restored", "seconds")
+		resumed = ts(sys.argv[4])
+		created, scheduled = ts(sys.argv[5]), ts(sys.argv[6])  # whole seconds
 		parts = [("scheduler", term - t0), ("grace", child - term), ("flush", exit_ - child),
-		         ("pod_start", start - exit_), ("restore", restored - start), ("load", resumed - restored),
-		         ("total", resumed - t0)]
+		         ("replacement_created", created - exit_), ("replacement_scheduled", scheduled - created),
+		         ("container_start", restored - restore - scheduled), ("restore", restore),
+		         ("load", resumed - restored), ("total", resumed - t0)]
 		print("k8s-bench: " + " ".join("%s=%.3fs" % p for p in parts))
 	PY
 }
@@ -1078,6 +1176,7 @@ for sc in "${SCENARIOS[@]}"; do
 		new_ns sc-a "job.yaml: preempted, commits, resumes"
 		preempt sc-a job.yaml run
 		check_rbac sc-a
+		check_api sc-a
 		;;
 	b1)
 		new_ns sc-b1 "job-sidecar.yaml: preempted, the sidecar commits, resumes"
