@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 	"github.com/lifeboat-project/lifeboat/agent"
 	"github.com/lifeboat-project/lifeboat/checkpoint"
 	"github.com/lifeboat-project/lifeboat/format"
+	lbresume "github.com/lifeboat-project/lifeboat/resume"
 	"github.com/lifeboat-project/lifeboat/signals"
 	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/watch"
@@ -82,27 +82,11 @@ func allRanks(v string) (bool, error) {
 	return false, usageError{fmt.Errorf("--restore-ranks (LIFEBOAT_RESTORE_RANKS) is %q; use own or all", v)}
 }
 
-// resumeFile is written into --dir by a restore, for a trainer started
-// elsewhere (an init container restored it): the same facts as the
-// LIFEBOAT_RESUME_* variables.
-const resumeFile = ".lifeboat-resume.json"
+// resume and resumeFile are package resume's Point and FileName: what a
+// restore tells the trainer, and the file it is written to in --dir.
+type resume = lbresume.Point
 
-// resume is what a restore tells the trainer.
-type resume struct {
-	Dir   string   `json:"dir"`
-	Step  int64    `json:"step"`
-	ID    string   `json:"id"`
-	Files []string `json:"files"` // restored paths, relative to --dir
-}
-
-// env renders r as the trainer's LIFEBOAT_RESUME_* variables; a fresh start
-// sets them empty.
-func (r *resume) env() []string {
-	if r == nil {
-		return []string{"LIFEBOAT_RESUME_DIR=", "LIFEBOAT_RESUME_STEP=", "LIFEBOAT_RESUME_ID="}
-	}
-	return []string{"LIFEBOAT_RESUME_DIR=" + r.Dir, "LIFEBOAT_RESUME_STEP=" + strconv.FormatInt(r.Step, 10), "LIFEBOAT_RESUME_ID=" + r.ID}
-}
+const resumeFile = lbresume.FileName
 
 // restoreLatest restores the newest complete checkpoint of rank into dir,
 // falling back to older ones on corruption. nil, nil means there is none:
@@ -135,7 +119,7 @@ func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro ran
 			hint = "make --dir's volume larger; the steps stay in the store"
 		}
 		log.Warn("resume.fresh_start", "store", s.String(), "reason", err.Error(), "hint", hint)
-		_ = os.Remove(filepath.Join(dir, resumeFile))
+		_ = lbresume.Remove(dir) // an earlier restore's file must not be resumed
 		return nil, nil
 	case errors.Is(err, checkpoint.ErrNoCheckpoint):
 		if other := otherWorldSizes(ctx, s, ro.worldSize); other != "" {
@@ -145,12 +129,12 @@ func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro ran
 		} else {
 			log.Info("resume.fresh_start", "store", s.String(), "reason", err.Error())
 		}
-		_ = os.Remove(filepath.Join(dir, resumeFile))
+		_ = lbresume.Remove(dir) // an earlier restore's file must not be resumed
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("restore from %s into %s: %w", s, dir, err)
 	}
-	r := resumeOf(dir, res, all)
+	r := lbresume.Restored(dir, res, all)
 	writeResumeFile(dir, r, log)
 	el := time.Since(t0)
 	log.Info("resume.restored", "step", res.Step, "rank", ro.rank, "files", res.Files, "bytes", res.Bytes,
@@ -158,48 +142,24 @@ func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro ran
 	return r, nil
 }
 
-// relTo is the slash path of p, relative to sub (a directory in dir),
-// relative to dir.
-func relTo(dir, sub, p string) string {
-	rel, err := filepath.Rel(dir, sub)
-	if err != nil || rel == "." {
-		return p
-	}
-	return path.Join(filepath.ToSlash(rel), p)
-}
-
 // readResumeFile reads what an earlier restore (an init container's)
 // wrote into dir; nil when there is none or it cannot be read.
 func readResumeFile(dir string, log *slog.Logger) *resume {
-	b, err := os.ReadFile(filepath.Join(dir, resumeFile))
+	r, err := lbresume.Read(dir)
 	if err != nil {
-		return nil
-	}
-	var r resume
-	if err := json.Unmarshal(b, &r); err != nil {
 		log.Warn("resume.bad_file", "path", filepath.Join(dir, resumeFile), "err", err)
 		return nil
 	}
-	return &r
+	return r
 }
 
-// commonDir is the deepest directory that holds every file of m ("" when
-// they are at the top): where the trainer finds the restored checkpoint.
-func commonDir(m *checkpoint.Manifest) string {
-	if len(m.Files) == 0 {
-		return ""
+// writeResumeFile writes r into dir's resume file, for a trainer started
+// elsewhere (lifeboat run --restore never after an init container); a
+// failure is logged, the restore stands.
+func writeResumeFile(dir string, r *resume, log *slog.Logger) {
+	if err := lbresume.Write(dir, r); err != nil {
+		log.Warn("resume.write_file_failed", "err", err)
 	}
-	common := path.Dir(m.Files[0].Path)
-	for _, f := range m.Files[1:] {
-		d := path.Dir(f.Path)
-		for common != "." && d != common && !strings.HasPrefix(d, common+"/") {
-			common = path.Dir(common)
-		}
-	}
-	if common == "." {
-		return ""
-	}
-	return common
 }
 
 // pipeline is the checkpoint machinery of one lifeboat: the store, what was
@@ -235,7 +195,7 @@ func (p *pipeline) beforeRestart(ctx context.Context, attempt int) ([]string, er
 	if r != nil {
 		p.agent.Restored(r.Step, r.Files)
 	}
-	return r.env(), nil
+	return r.Env(), nil
 }
 
 // reaped is the supervisor's OnReap: a process of the trainer's tree that
@@ -366,7 +326,7 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	if p.resume != nil && local == nil {
 		p.agent.Restored(p.resume.Step, p.resume.Files)
 	}
-	p.env = append(p.resume.env(), "LIFEBOAT_DIR="+dir, "LIFEBOAT_MARKER="+co.marker,
+	p.env = append(p.resume.Env(), "LIFEBOAT_DIR="+dir, "LIFEBOAT_MARKER="+co.marker,
 		"LIFEBOAT_RANK="+strconv.Itoa(ro.rank), "LIFEBOAT_WORLD_SIZE="+strconv.Itoa(ro.worldSize))
 	return p, nil
 }
@@ -484,16 +444,10 @@ func newerLocal(w *watch.Watcher, snaps []checkpoint.Snapshot, ro rankOptions, v
 }
 
 // localResume is what the trainer is told when it resumes from a
-// checkpoint already in --dir.
+// checkpoint already in --dir; it is written into the resume file too.
 func localResume(dir string, l watch.Ready, log *slog.Logger) *resume {
-	r := &resume{Dir: filepath.Join(dir, filepath.FromSlash(l.Dir)), Step: l.Step}
-	for _, f := range l.Files {
-		r.Files = append(r.Files, path.Join(l.Dir, f.Path))
-	}
-	b, _ := json.Marshal(r)
-	if err := os.WriteFile(filepath.Join(dir, resumeFile), append(b, '\n'), 0o644); err != nil {
-		log.Warn("resume.write_file_failed", "err", err)
-	}
+	r := lbresume.Local(dir, l)
+	writeResumeFile(dir, r, log)
 	return r
 }
 

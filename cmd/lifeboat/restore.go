@@ -2,16 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
+	lbresume "github.com/lifeboat-project/lifeboat/resume"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
 
@@ -105,7 +103,7 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintf(stderr, "lifeboat restore: step %d: %v\n", o.step, err)
 			return 1
 		}
-		writeResumeFile(o.dir, resumeOf(o.dir, res, all), log)
+		writeResumeFile(o.dir, lbresume.Restored(o.dir, res, all), log)
 		fmt.Fprintf(stdout, "restored step %d (%d files, %d bytes) into %s\n", res.Step, res.Files, res.Bytes, res.Dir)
 		o.kube.restored(ctx, log, res.Step, time.Since(t0).Seconds())
 		return 0
@@ -125,28 +123,4 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fmt.Fprintf(stdout, "restored step %s (id %s) into %s\n", strconv.FormatInt(r.Step, 10), r.ID, r.Dir)
 	o.kube.restored(ctx, log, r.Step, time.Since(t0).Seconds())
 	return 0
-}
-
-// resumeOf is what a restore into dir tells the trainer: where the
-// restored checkpoint is (the deepest directory holding its files, or the
-// .lifeboat-ranks directory with every rank), its step, id and files.
-func resumeOf(dir string, res *checkpoint.RestoreResult, all bool) *resume {
-	r := &resume{Dir: filepath.Join(res.Dir, commonDir(res.Manifest)), Step: res.Step, ID: res.Manifest.ID}
-	if all {
-		r.Dir = res.Dir // the directory holding the rank-NNNNN subdirectories
-	}
-	for _, f := range res.Manifest.Files {
-		r.Files = append(r.Files, relTo(dir, res.Dir, f.Path))
-	}
-	return r
-}
-
-// writeResumeFile writes r into dir's resume file, for a trainer started
-// elsewhere (lifeboat run --restore never after an init container); a
-// failure is logged, the restore stands.
-func writeResumeFile(dir string, r *resume, log *slog.Logger) {
-	b, _ := json.Marshal(r)
-	if err := os.WriteFile(filepath.Join(dir, resumeFile), append(b, '\n'), 0o644); err != nil {
-		log.Warn("resume.write_file_failed", "err", err)
-	}
 }
