@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lifeboat-project/lifeboat/format"
+	"github.com/lifeboat-project/lifeboat/internal/reserved"
 	"github.com/lifeboat-project/lifeboat/storage"
 )
 
@@ -56,7 +57,7 @@ type RestoreOptions struct {
 // RanksDir/rank-00001/..., each rank's files at the paths it saved them
 // under. Its name starts with ".lifeboat-": lifeboat's watcher never takes
 // it for a checkpoint of the rank that restored it.
-const RanksDir = ".lifeboat-ranks"
+const RanksDir = reserved.RanksDir
 
 // RankDir is rank's subdirectory of RanksDir: "rank-00003".
 func RankDir(rank int) string { return fmt.Sprintf("rank-%05d", rank) }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/format"
+	"github.com/lifeboat-project/lifeboat/internal/reserved"
 	"github.com/lifeboat-project/lifeboat/storage"
 )
 
@@ -55,7 +56,7 @@ var ErrChanged = errors.New("a file changed while it was uploaded")
 
 // tempPrefix starts the names Restore gives its temporary directories;
 // Upload skips entries with this prefix.
-const tempPrefix = ".lifeboat-restore-"
+const tempPrefix = reserved.RestoreTempPrefix
 
 // Uploader uploads the files of a checkpoint directory as one snapshot. Zero
 // fields take the defaults; an Uploader is safe for concurrent Uploads.

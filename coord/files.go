@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/lifeboat-project/lifeboat/internal/reserved"
 )
 
 // StopInfo is StopFile's content: the job-wide stop as this rank knows it,
@@ -34,7 +36,7 @@ func writeFile(dir, name string, v any) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".lifeboat-tmp-coord-*")
+	f, err := os.CreateTemp(dir, reserved.CoordTempPrefix+"*")
 	if err != nil {
 		return fmt.Errorf("coord: write %s: %w", filepath.Join(dir, name), err)
 	}
@@ -70,7 +72,7 @@ func readRequest(dir string) (StepRequest, bool, error) {
 // removeStale removes what an earlier run left in dir.
 func removeStale(dir string) error {
 	var errs []error
-	tmps, _ := filepath.Glob(filepath.Join(dir, ".lifeboat-tmp-coord-*"))
+	tmps, _ := filepath.Glob(filepath.Join(dir, reserved.CoordTempPrefix+"*"))
 	for _, p := range append([]string{filepath.Join(dir, StopFile), filepath.Join(dir, StepRequestFile)}, tmps...) {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lifeboat-project/lifeboat/internal/reserved"
 	"github.com/lifeboat-project/lifeboat/storage"
 )
 
@@ -20,14 +21,14 @@ const (
 	agreedName  = "agreed.json"
 )
 
-// Files in the trainer's checkpoint directory. The scanner ignores names
-// starting with ".lifeboat-".
+// Files in the trainer's checkpoint directory. Both are reserved names
+// (package reserved): the scanner ignores them.
 const (
 	// StopFile is written when a stop begins on this rank: a StopInfo.
-	StopFile = ".lifeboat-stop.json"
+	StopFile = reserved.StopFile
 	// StepRequestFile is written by the trainer (lifeboat.stop_step): a
 	// StepRequest.
-	StepRequestFile = ".lifeboat-stop-request.json"
+	StepRequestFile = reserved.StepRequestFile
 )
 
 // idTime is the time part of a stop id: fixed width, so ids sort by time.

@@ -12,11 +12,12 @@ import (
 	"strings"
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
+	"github.com/lifeboat-project/lifeboat/internal/reserved"
 	"github.com/lifeboat-project/lifeboat/watch"
 )
 
 // FileName is the resume file's name in the checkpoint directory.
-const FileName = ".lifeboat-resume.json"
+const FileName = reserved.ResumeFile
 
 // Point is what the trainer is told to resume from (the package doc
 // describes each member).

@@ -10,11 +10,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lifeboat-project/lifeboat/internal/reserved"
 )
 
 // DefaultMarker is the file whose presence in a directory says "this
 // checkpoint is complete"; its content is the step.
-const DefaultMarker = ".lifeboat-commit"
+const DefaultMarker = reserved.Marker
 
 // DefaultStepPattern finds the step in a checkpoint's name: the last run of
 // digits ("step-000100" -> 100, "epoch_3.pdparams" -> 3,

@@ -6,12 +6,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
-)
 
-// internalPrefix starts the names of lifeboat's own temporary entries
-// (restores in progress); scans skip them.
-const internalPrefix = ".lifeboat-"
+	"github.com/lifeboat-project/lifeboat/internal/reserved"
+)
 
 // listing is what one walk of the watched directory found.
 type listing struct {
@@ -56,7 +53,7 @@ func scanDir(dir, marker string, exclude []string) (listing, error) {
 			return nil
 		}
 		name := d.Name()
-		if strings.HasPrefix(name, internalPrefix) && name != marker {
+		if reserved.Is(name) && name != marker {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}

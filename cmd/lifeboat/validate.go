@@ -20,6 +20,7 @@ import (
 	"github.com/lifeboat-project/lifeboat/signals"
 	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/storage/s3"
+	"github.com/lifeboat-project/lifeboat/watch"
 )
 
 // Every options struct has a validate method that checks each value as
@@ -193,7 +194,7 @@ func (o *checkpointOptions) validate() error {
 		return err
 	}
 	if o.marker == "" || strings.Contains(o.marker, "/") || o.marker == "." || o.marker == ".." {
-		return bad("marker", o.marker, "give a file name such as "+strconv.Quote(".lifeboat-commit"))
+		return bad("marker", o.marker, "give a file name such as "+strconv.Quote(watch.DefaultMarker))
 	}
 	re, err := regexp.Compile(o.stepPattern)
 	if err != nil {

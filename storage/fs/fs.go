@@ -16,13 +16,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lifeboat-project/lifeboat/internal/reserved"
 	"github.com/lifeboat-project/lifeboat/storage"
 )
 
 // TempPrefix starts the name of every temporary file a Put writes. Get, Stat
 // and List never show such files, and keys with a segment starting with it
 // are invalid here.
-const TempPrefix = ".lifeboat-tmp-"
+const TempPrefix = reserved.TempPrefix
 
 // xattrSHA256 holds the hex SHA-256 of an object's bytes.
 const xattrSHA256 = "user.lifeboat.sha256"
