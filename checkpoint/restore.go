@@ -16,9 +16,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sync"
 	"sync/atomic"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	"github.com/lifeboat-project/lifeboat/format"
@@ -416,16 +416,20 @@ type restoreFile struct {
 	refs atomic.Int32 // the sender's reference and one per chunk handed out
 }
 
-// release drops a reference; the last one sets the file's mode, syncs it
-// (unless the restore failed already) and closes it.
-func (rf *restoreFile) release(ctx context.Context, cancel context.CancelCauseFunc) {
+// release drops a reference. failed is the error that ended the chunk
+// write the reference was for (nil: none), and release returns it. The
+// last reference closes the file, after setting its mode and syncing it
+// unless the restore failed already (failed, or ctx ended); an error of
+// those is a write error.
+func (rf *restoreFile) release(ctx context.Context, failed error) error {
 	if rf.refs.Add(-1) != 0 {
-		return
+		return failed
 	}
-	err := ctx.Err()
-	if err == nil {
-		err = rf.f.Chmod(rf.mode)
+	if failed != nil || ctx.Err() != nil {
+		rf.f.Close()
+		return failed
 	}
+	err := rf.f.Chmod(rf.mode)
 	if err == nil {
 		err = rf.f.Sync()
 	}
@@ -433,8 +437,9 @@ func (rf *restoreFile) release(ctx context.Context, cancel context.CancelCauseFu
 		err = cerr
 	}
 	if err != nil && ctx.Err() == nil {
-		cancel(writeFailed(fmt.Errorf("file %s: %w", rf.path, err)))
+		return writeFailed(fmt.Errorf("file %s: %w", rf.path, err))
 	}
+	return nil
 }
 
 type restoreJob struct {
@@ -481,70 +486,64 @@ func restoreFiles(ctx context.Context, s storage.Store, files []File, set []stri
 		opts.Progress(0, total)
 	}
 
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	jobs := make(chan restoreJob)
-	var wg sync.WaitGroup
-	for range cmpOrInt(opts.Workers, DefaultDownloadWorkers) {
-		wg.Go(func() {
-			scratch := make([]byte, fetchBuffer)
-			for job := range jobs {
-				if ctx.Err() != nil {
-					job.file.release(ctx, cancel)
-					continue
-				}
-				// The chunk goes into the temporary file before its hash
-				// is known; a bad chunk fails the whole restore, and the
-				// temporary directory is removed.
-				if err := fetchChunk(ctx, s, job.chunk, job.file.f, job.offset, scratch); err != nil {
-					cancel(fmt.Errorf("file %s at offset %d: %w", job.file.path, job.offset, err))
-					job.file.release(ctx, cancel)
-					continue
-				}
-				// Start writing back now, so the fsync before the rename
-				// has little left to do. Advisory: errors are ignored.
-				_ = unix.SyncFileRange(int(job.file.f.Fd()), job.offset, job.chunk.Size, unix.SYNC_FILE_RANGE_WRITE)
-				job.file.release(ctx, cancel)
-				if opts.Progress != nil {
-					opts.Progress(written.Add(job.chunk.Size), total)
-				}
-			}
-		})
+	workers := cmpOrInt(opts.Workers, DefaultDownloadWorkers)
+	scratch := newScratchPool(workers)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers + 1) // the sender, and up to workers downloads
+	fetch := func(job restoreJob) error {
+		if gctx.Err() != nil {
+			return job.file.release(gctx, nil)
+		}
+		buf := scratch.get()
+		defer scratch.put(buf)
+		// The chunk goes into the temporary file before its hash is
+		// known; a bad chunk fails the whole restore, and the temporary
+		// directory is removed.
+		if err := fetchChunk(gctx, s, job.chunk, job.file.f, job.offset, buf); err != nil {
+			return job.file.release(gctx, fmt.Errorf("file %s at offset %d: %w", job.file.path, job.offset, err))
+		}
+		// Start writing back now, so the fsync before the rename has
+		// little left to do. Advisory: errors are ignored.
+		_ = unix.SyncFileRange(int(job.file.f.Fd()), job.offset, job.chunk.Size, unix.SYNC_FILE_RANGE_WRITE)
+		err := job.file.release(gctx, nil)
+		if opts.Progress != nil {
+			opts.Progress(written.Add(job.chunk.Size), total)
+		}
+		return err
 	}
-send:
-	for _, mf := range files {
-		if len(mf.Chunks) == 0 {
-			continue // done by reserveFiles
-		}
-		f, err := os.OpenFile(filepath.Join(tmp, filepath.FromSlash(mf.Path)), os.O_WRONLY|unix.O_NOFOLLOW, 0)
-		if err != nil {
-			cancel(writeFailed(err))
-			break
-		}
-		rf := &restoreFile{f: f, path: mf.Path, mode: fs.FileMode(mf.Mode)}
-		rf.refs.Store(1)
-		var off int64
-		for _, c := range mf.Chunks {
-			rf.refs.Add(1)
-			select {
-			case jobs <- restoreJob{file: rf, offset: off, chunk: c}:
-			case <-ctx.Done():
-				rf.refs.Add(-1)
-				rf.release(ctx, cancel)
-				break send
+	g.Go(func() error {
+		for _, mf := range files {
+			if len(mf.Chunks) == 0 {
+				continue // done by reserveFiles
 			}
-			off += c.Size
+			f, err := os.OpenFile(filepath.Join(tmp, filepath.FromSlash(mf.Path)), os.O_WRONLY|unix.O_NOFOLLOW, 0)
+			if err != nil {
+				return writeFailed(err)
+			}
+			rf := &restoreFile{f: f, path: mf.Path, mode: fs.FileMode(mf.Mode)}
+			rf.refs.Store(1)
+			var off int64
+			for _, c := range mf.Chunks {
+				if gctx.Err() != nil {
+					return rf.release(gctx, nil)
+				}
+				rf.refs.Add(1)
+				job := restoreJob{file: rf, offset: off, chunk: c}
+				g.Go(func() error { return fetch(job) })
+				off += c.Size
+			}
+			if err := rf.release(gctx, nil); err != nil {
+				return err
+			}
 		}
-		rf.release(ctx, cancel)
-	}
-	close(jobs)
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
+		return nil
+	})
+	if err := waitCause(ctx, gctx, g); err != nil {
 		return err
 	}
 
 	if !opts.SkipFormatCheck {
-		if err := checkRestored(ctx, tmp, files, set, cmpOrInt(opts.Workers, DefaultDownloadWorkers)); err != nil {
+		if err := checkRestored(ctx, tmp, files, set, workers); err != nil {
 			if !errors.Is(err, ErrCorrupt) && ctx.Err() == nil {
 				err = writeFailed(err)
 			}
@@ -694,30 +693,20 @@ func checkRestored(ctx context.Context, tmp string, files []File, set []string, 
 	if err := format.CheckSet(set); err != nil {
 		return formatCorrupt("the snapshot's files", err)
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	next := make(chan string)
-	var wg sync.WaitGroup
-	for range min(workers, runtime.GOMAXPROCS(0), len(files)) {
-		wg.Go(func() {
-			for p := range next {
-				if err := format.CheckFile(filepath.Join(tmp, filepath.FromSlash(p))); err != nil {
-					cancel(formatCorrupt(p, err))
-				}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(min(workers, runtime.GOMAXPROCS(0), len(files)))
+	for _, f := range files {
+		if gctx.Err() != nil {
+			break
+		}
+		g.Go(func() error {
+			if err := format.CheckFile(filepath.Join(tmp, filepath.FromSlash(f.Path))); err != nil {
+				return formatCorrupt(f.Path, err)
 			}
+			return nil
 		})
 	}
-feed:
-	for _, f := range files {
-		select {
-		case next <- f.Path:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	return context.Cause(ctx)
+	return waitCause(ctx, gctx, g)
 }
 
 // formatCorrupt is the error of restored files that failed a format check:

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/lifeboat-project/lifeboat/format"
 	"github.com/lifeboat-project/lifeboat/internal/reserved"
 	"github.com/lifeboat-project/lifeboat/storage"
@@ -318,14 +320,12 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, targe
 		upN      atomic.Int64
 		dupN     atomic.Int64
 	)
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	pool := make(chan []byte, buffers)
 	for range buffers {
 		pool <- nil // allocated on first use
 	}
-	jobs := make(chan uploadJob)
-	var wg sync.WaitGroup
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers + 1) // the reader, and up to workers chunks hashed and Put
 
 	reused := make([]bool, len(files))
 	for i, f := range files {
@@ -338,9 +338,42 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, targe
 			}
 		}
 	}
+	store := func(job uploadJob) error {
+		mu.Lock()
+		void := attempts[job.file] != job.attempt
+		mu.Unlock()
+		if void { // the file changed: this read of it is void
+			pool <- job.buf
+			return nil
+		}
+		err := u.storeChunk(gctx, job, func(sum string) (skip bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			if attempts[job.file] != job.attempt {
+				return true // void since the check above
+			}
+			chunks[job.file][job.chunk].SHA256 = sum
+			if seen[sum] {
+				return true
+			}
+			seen[sum] = true
+			mod, ok := index[sum]
+			return ok && start.Sub(mod) <= reuseAge
+		}, func(uploaded bool) {
+			n := int64(len(job.buf))
+			if uploaded {
+				upBytes.Add(n)
+				upN.Add(1)
+			} else {
+				dupBytes.Add(n)
+				dupN.Add(1)
+			}
+		})
+		pool <- job.buf
+		return err
+	}
 	check := readCheck{format: !u.SkipFormatCheck}
-	wg.Go(func() {
-		defer close(jobs)
+	g.Go(func() error {
 		for i := range files {
 			if reused[i] {
 				continue
@@ -352,32 +385,30 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, targe
 				if u.beforeOpen != nil {
 					u.beforeOpen(files[i].rel)
 				}
-				rerr := readChunks(ctx, dir, files[i], chunkSize, pool, check, func(buf []byte) {
+				rerr := readChunks(gctx, dir, files[i], chunkSize, pool, check, func(buf []byte) {
 					mu.Lock()
 					chunks[i] = append(chunks[i], Chunk{Size: int64(len(buf))})
 					j := len(chunks[i]) - 1
 					mu.Unlock()
-					select {
-					case jobs <- uploadJob{file: i, chunk: j, attempt: attempt, buf: buf}:
-					case <-ctx.Done():
+					if gctx.Err() != nil {
 						pool <- buf
+						return
 					}
+					job := uploadJob{file: i, chunk: j, attempt: attempt, buf: buf}
+					g.Go(func() error { return store(job) })
 				})
 				if rerr == nil {
 					break
 				}
-				if !errors.Is(rerr, ErrChanged) || ctx.Err() != nil {
-					cancel(rerr)
-					return
+				if !errors.Is(rerr, ErrChanged) || gctx.Err() != nil {
+					return rerr
 				}
 				if attempt == maxRereads {
-					cancel(fmt.Errorf("%w; read %d times, it changed each time; it is uploaded once the trainer has finished writing it", rerr, attempt+1))
-					return
+					return fmt.Errorf("%w; read %d times, it changed each time; it is uploaded once the trainer has finished writing it", rerr, attempt+1)
 				}
 				f, err := restat(dir, files[i])
 				if err != nil {
-					cancel(err)
-					return
+					return err
 				}
 				log.Info("checkpoint.reread", "path", files[i].rel, "why", rerr.Error())
 				files[i] = f
@@ -386,49 +417,9 @@ func (u *Uploader) upload(ctx context.Context, dir string, paths []string, targe
 				mu.Unlock()
 			}
 		}
+		return nil
 	})
-	for range workers {
-		wg.Go(func() {
-			for job := range jobs {
-				mu.Lock()
-				void := attempts[job.file] != job.attempt
-				mu.Unlock()
-				if void { // the file changed: this read of it is void
-					pool <- job.buf
-					continue
-				}
-				err := u.storeChunk(ctx, job, func(sum string) (skip bool) {
-					mu.Lock()
-					defer mu.Unlock()
-					if attempts[job.file] != job.attempt {
-						return true // void since the check above
-					}
-					chunks[job.file][job.chunk].SHA256 = sum
-					if seen[sum] {
-						return true
-					}
-					seen[sum] = true
-					mod, ok := index[sum]
-					return ok && start.Sub(mod) <= reuseAge
-				}, func(uploaded bool) {
-					n := int64(len(job.buf))
-					if uploaded {
-						upBytes.Add(n)
-						upN.Add(1)
-					} else {
-						dupBytes.Add(n)
-						dupN.Add(1)
-					}
-				})
-				pool <- job.buf
-				if err != nil {
-					cancel(err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
+	if err := waitCause(ctx, gctx, g); err != nil {
 		return nil, err
 	}
 

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/lifeboat-project/lifeboat/storage"
 )
 
@@ -179,42 +181,34 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 	}
 	rep.Chunks = len(order)
 
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	jobs := make(chan string)
-	var wg sync.WaitGroup
-	for range cmpOrInt(opts.Workers, DefaultDownloadWorkers) {
-		wg.Go(func() {
-			scratch := make([]byte, fetchBuffer)
-			for sum := range jobs {
-				p, read, err := checkChunk(ctx, s, sum, chunks[sum], opts.ReadData.Contains(sum), scratch)
-				if err != nil {
-					cancel(err)
-					continue
-				}
-				if p != nil {
-					problem(*p)
-				}
-				if read {
-					mu.Lock()
-					rep.ChunksRead++
-					rep.BytesRead += chunks[sum]
-					mu.Unlock()
-				}
+	workers := cmpOrInt(opts.Workers, DefaultDownloadWorkers)
+	scratch := newScratchPool(workers)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
+	for _, sum := range order {
+		if gctx.Err() != nil {
+			break
+		}
+		g.Go(func() error {
+			buf := scratch.get()
+			defer scratch.put(buf)
+			p, read, err := checkChunk(gctx, s, sum, chunks[sum], opts.ReadData.Contains(sum), buf)
+			if err != nil {
+				return err
 			}
+			if p != nil {
+				problem(*p)
+			}
+			if read {
+				mu.Lock()
+				rep.ChunksRead++
+				rep.BytesRead += chunks[sum]
+				mu.Unlock()
+			}
+			return nil
 		})
 	}
-feed:
-	for _, sum := range order {
-		select {
-		case jobs <- sum:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(jobs)
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
+	if err := waitCause(ctx, gctx, g); err != nil {
 		return nil, fmt.Errorf("checkpoint: verify step %d: %w", step, err)
 	}
 	slices.SortFunc(rep.Problems, func(a, b Problem) int { return strings.Compare(a.Key, b.Key) })
