@@ -64,6 +64,21 @@ func parseStat(b []byte) (proc, bool) {
 	return proc{pid: pid, ppid: ppid, state: rest[0][0]}, true
 }
 
+// Parent returns pid's parent as seen under procRoot ("/proc"); ok is false
+// when pid's stat file cannot be read or parsed (the process is gone).
+// The watcher uses it to tell lifeboat's own ancestors from a trainer.
+func Parent(procRoot string, pid int) (ppid int, ok bool) {
+	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, false
+	}
+	p, ok := parseStat(b)
+	if !ok {
+		return 0, false
+	}
+	return p.ppid, true
+}
+
 // descendants returns the live (non-zombie) descendants of root, parents
 // before children.
 func descendants(procs []proc, root int) []int {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/lifeboat-project/lifeboat/supervisor"
 )
 
 // openForWrite returns the set of files under dir that some process visible
@@ -108,29 +110,7 @@ func ancestors(procRoot string, pid int) map[int]bool {
 	out := map[int]bool{}
 	for pid > 0 && !out[pid] {
 		out[pid] = true
-		pid = parent(procRoot, pid)
+		pid, _ = supervisor.Parent(procRoot, pid) // 0 when unknown
 	}
 	return out
-}
-
-// parent reads pid's parent from its stat file; 0 when unknown.
-func parent(procRoot string, pid int) int {
-	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0
-	}
-	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0
-	}
-	ppid, err := strconv.Atoi(f[1])
-	if err != nil {
-		return 0
-	}
-	return ppid
 }
