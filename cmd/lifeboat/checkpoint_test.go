@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lifeboat-project/lifeboat/internal/testenv"
+	"github.com/lifeboat-project/lifeboat/resume"
 )
 
 // storeKind is a store the checkpoint tests run against.
@@ -304,10 +305,10 @@ func TestRestoreFallsBackPastCorruption(t *testing.T) {
 	if !strings.Contains(stderr.String(), "resume.fallback") {
 		t.Errorf("restore did not say why it fell back:\n%s", stderr.String())
 	}
-	var r resume
-	b, err = os.ReadFile(filepath.Join(dir, resumeFile))
+	var r resume.Point
+	b, err = os.ReadFile(filepath.Join(dir, resume.FileName))
 	if err != nil || json.Unmarshal(b, &r) != nil || r.Step != previous {
-		t.Errorf("%s: %q, %v; want step %d", resumeFile, b, err, previous)
+		t.Errorf("%s: %q, %v; want step %d", resume.FileName, b, err, previous)
 	}
 
 	out, err = exec.Command(lifeboatBin, "prune", "--store", url, "--keep", "1").CombinedOutput()

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
+	"github.com/lifeboat-project/lifeboat/resume"
 	"github.com/lifeboat-project/lifeboat/storage"
 )
 
@@ -386,11 +387,11 @@ func checkCrashRestore(t *testing.T, url string, prev, next crashCkpt, runLog st
 		t.Errorf("restore fell back past a damaged checkpoint:\n%s\nlifeboat run's log:\n%s", stderr.String(), tail(runLog))
 	}
 	got, extra := hashTree(t, dir)
-	var r resume
-	if b, err := os.ReadFile(filepath.Join(dir, resumeFile)); err != nil || json.Unmarshal(b, &r) != nil {
-		t.Fatalf("%s after restore: %q, %v", resumeFile, b, err)
+	var r resume.Point
+	if b, err := os.ReadFile(filepath.Join(dir, resume.FileName)); err != nil || json.Unmarshal(b, &r) != nil {
+		t.Fatalf("%s after restore: %q, %v", resume.FileName, b, err)
 	}
-	delete(got, resumeFile)
+	delete(got, resume.FileName)
 
 	var outcome string
 	var want crashCkpt

@@ -24,7 +24,7 @@ import (
 	"github.com/lifeboat-project/lifeboat/agent"
 	"github.com/lifeboat-project/lifeboat/checkpoint"
 	"github.com/lifeboat-project/lifeboat/format"
-	lbresume "github.com/lifeboat-project/lifeboat/resume"
+	"github.com/lifeboat-project/lifeboat/resume"
 	"github.com/lifeboat-project/lifeboat/signals"
 	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/watch"
@@ -82,16 +82,10 @@ func allRanks(v string) (bool, error) {
 	return false, usageError{fmt.Errorf("--restore-ranks (LIFEBOAT_RESTORE_RANKS) is %q; use own or all", v)}
 }
 
-// resume and resumeFile are package resume's Point and FileName: what a
-// restore tells the trainer, and the file it is written to in --dir.
-type resume = lbresume.Point
-
-const resumeFile = lbresume.FileName
-
 // restoreLatest restores the newest complete checkpoint of rank into dir,
 // falling back to older ones on corruption. nil, nil means there is none:
 // a fresh start.
-func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, all bool, log *slog.Logger, progressTo io.Writer) (*resume, error) {
+func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, all bool, log *slog.Logger, progressTo io.Writer) (*resume.Point, error) {
 	return restoreLatestEvery(ctx, s, dir, ro, workers, all, log, progressTo, 5*time.Second)
 }
 
@@ -99,7 +93,7 @@ func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOpti
 // bar on a terminal) or, every interval, to log. With all, it restores
 // every rank's files of the newest complete step of any world size into
 // --dir/.lifeboat-ranks (checkpoint.RestoreOptions.AllRanks).
-func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, all bool, log *slog.Logger, progressTo io.Writer, interval time.Duration) (*resume, error) {
+func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, all bool, log *slog.Logger, progressTo io.Writer, interval time.Duration) (*resume.Point, error) {
 	t0 := time.Now()
 	pr := newProgress(progressTo, log, interval)
 	res, err := checkpoint.RestoreLatest(ctx, s, ro.rank, dir, checkpoint.RestoreOptions{WorldSize: ro.worldSize, Workers: workers, Log: log, Progress: pr.update, AllRanks: all})
@@ -119,7 +113,7 @@ func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro ran
 			hint = "make --dir's volume larger; the steps stay in the store"
 		}
 		log.Warn("resume.fresh_start", "store", s.String(), "reason", err.Error(), "hint", hint)
-		_ = lbresume.Remove(dir) // an earlier restore's file must not be resumed
+		_ = resume.Remove(dir) // an earlier restore's file must not be resumed
 		return nil, nil
 	case errors.Is(err, checkpoint.ErrNoCheckpoint):
 		if other := otherWorldSizes(ctx, s, ro.worldSize); other != "" {
@@ -129,12 +123,12 @@ func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro ran
 		} else {
 			log.Info("resume.fresh_start", "store", s.String(), "reason", err.Error())
 		}
-		_ = lbresume.Remove(dir) // an earlier restore's file must not be resumed
+		_ = resume.Remove(dir) // an earlier restore's file must not be resumed
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("restore from %s into %s: %w", s, dir, err)
 	}
-	r := lbresume.Restored(dir, res, all)
+	r := resume.Restored(dir, res, all)
 	writeResumeFile(dir, r, log)
 	el := time.Since(t0)
 	log.Info("resume.restored", "step", res.Step, "rank", ro.rank, "files", res.Files, "bytes", res.Bytes,
@@ -144,10 +138,10 @@ func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro ran
 
 // readResumeFile reads what an earlier restore (an init container's)
 // wrote into dir; nil when there is none or it cannot be read.
-func readResumeFile(dir string, log *slog.Logger) *resume {
-	r, err := lbresume.Read(dir)
+func readResumeFile(dir string, log *slog.Logger) *resume.Point {
+	r, err := resume.Read(dir)
 	if err != nil {
-		log.Warn("resume.bad_file", "path", filepath.Join(dir, resumeFile), "err", err)
+		log.Warn("resume.bad_file", "path", filepath.Join(dir, resume.FileName), "err", err)
 		return nil
 	}
 	return r
@@ -156,8 +150,8 @@ func readResumeFile(dir string, log *slog.Logger) *resume {
 // writeResumeFile writes r into dir's resume file, for a trainer started
 // elsewhere (lifeboat run --restore never after an init container); a
 // failure is logged, the restore stands.
-func writeResumeFile(dir string, r *resume, log *slog.Logger) {
-	if err := lbresume.Write(dir, r); err != nil {
+func writeResumeFile(dir string, r *resume.Point, log *slog.Logger) {
+	if err := resume.Write(dir, r); err != nil {
 		log.Warn("resume.write_file_failed", "err", err)
 	}
 }
@@ -167,7 +161,7 @@ func writeResumeFile(dir string, r *resume, log *slog.Logger) {
 type pipeline struct {
 	store    storage.Store
 	agent    *agent.Agent
-	resume   *resume
+	resume   *resume.Point
 	env      []string // for the trainer
 	dir      string
 	ranks    rankOptions
@@ -445,8 +439,8 @@ func newerLocal(w *watch.Watcher, snaps []checkpoint.Snapshot, ro rankOptions, v
 
 // localResume is what the trainer is told when it resumes from a
 // checkpoint already in --dir; it is written into the resume file too.
-func localResume(dir string, l watch.Ready, log *slog.Logger) *resume {
-	r := lbresume.Local(dir, l)
+func localResume(dir string, l watch.Ready, log *slog.Logger) *resume.Point {
+	r := resume.Local(dir, l)
 	writeResumeFile(dir, r, log)
 	return r
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
-	lbresume "github.com/lifeboat-project/lifeboat/resume"
+	"github.com/lifeboat-project/lifeboat/resume"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
 
@@ -41,7 +41,7 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.DurationVar(&o.interval, "progress-interval", 5*time.Second, "how often progress is logged when stderr is not a terminal (a terminal gets a bar)")
 	fs.Usage = flagUsage(fs, stderr, "lifeboat restore --store URL --dir DIR [--step N] [flags]\n\n"+
 		"Restores the newest complete checkpoint into DIR, falling back past any that cannot be\n"+
-		"restored, or exactly step N with --step. Either way it writes DIR/"+resumeFile+"\n"+
+		"restored, or exactly step N with --step. Either way it writes DIR/"+resume.FileName+"\n"+
 		"(dir, step, id, files), which lifeboat run --restore never hands the trainer.")
 	if code := parseCmd(fs, args, stderr); code >= 0 {
 		return code
@@ -103,7 +103,7 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintf(stderr, "lifeboat restore: step %d: %v\n", o.step, err)
 			return 1
 		}
-		writeResumeFile(o.dir, lbresume.Restored(o.dir, res, all), log)
+		writeResumeFile(o.dir, resume.Restored(o.dir, res, all), log)
 		fmt.Fprintf(stdout, "restored step %d (%d files, %d bytes) into %s\n", res.Step, res.Files, res.Bytes, res.Dir)
 		o.kube.restored(ctx, log, res.Step, time.Since(t0).Seconds())
 		return 0

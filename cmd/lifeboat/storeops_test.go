@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
+	"github.com/lifeboat-project/lifeboat/resume"
 	"github.com/lifeboat-project/lifeboat/storage"
 )
 
@@ -153,13 +154,13 @@ func TestVerifyHelpListsForms(t *testing.T) {
 }
 
 // readResume reads dir's resume file.
-func readResume(t *testing.T, dir string) resume {
+func readResume(t *testing.T, dir string) resume.Point {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, resumeFile))
+	b, err := os.ReadFile(filepath.Join(dir, resume.FileName))
 	if err != nil {
 		t.Fatalf("no resume file: %v", err)
 	}
-	var r resume
+	var r resume.Point
 	if err := json.Unmarshal(b, &r); err != nil {
 		t.Fatalf("resume file %q: %v", b, err)
 	}
@@ -189,7 +190,7 @@ func TestRestoreStepWritesResumeFile(t *testing.T) {
 				t.Fatalf("restore --step 5: exit %d\n%s\n%s", code, out, errOut)
 			}
 			r := readResume(t, dir)
-			want := resume{Dir: filepath.Join(dir, "step-5"), Step: 5, ID: m5.ID, Files: []string{"step-5/model.bin", "step-5/opt/state.bin"}}
+			want := resume.Point{Dir: filepath.Join(dir, "step-5"), Step: 5, ID: m5.ID, Files: []string{"step-5/model.bin", "step-5/opt/state.bin"}}
 			if r.Dir != want.Dir || r.Step != want.Step || r.ID != want.ID || !slices.Equal(r.Files, want.Files) {
 				t.Errorf("restore --step 5 left resume file %+v, want %+v", r, want)
 			}
