@@ -193,7 +193,7 @@ type uploadJob struct {
 // file of its format (package format) fails the upload with
 // ErrInterrupted.
 func (u *Uploader) Upload(ctx context.Context, dir string, target Target) (*UploadResult, error) {
-	return u.upload(ctx, dir, nil, target, true)
+	return u.upload(ctx, dir, nil, target, listStore)
 }
 
 // UploadFiles is Upload of only the given files under dir: slash-separated
@@ -204,7 +204,7 @@ func (u *Uploader) UploadFiles(ctx context.Context, dir string, paths []string, 
 	if len(paths) == 0 {
 		return nil, fmt.Errorf("checkpoint: upload %s from %s: no files", target, dir)
 	}
-	return u.upload(ctx, dir, paths, target, true)
+	return u.upload(ctx, dir, paths, target, listStore)
 }
 
 // FinalUploadFiles is UploadFiles for the last upload after a stop signal,
@@ -220,14 +220,26 @@ func (u *Uploader) FinalUploadFiles(ctx context.Context, dir string, paths []str
 	if len(paths) == 0 {
 		return nil, fmt.Errorf("checkpoint: upload %s from %s: no files", target, dir)
 	}
-	return u.upload(ctx, dir, paths, target, false)
+	return u.upload(ctx, dir, paths, target, learnt)
 }
 
+// indexSource says how an upload learns which chunks the store holds.
+type indexSource int
+
+const (
+	// listStore lists every chunk in the store.
+	listStore indexSource = iota
+	// learnt takes what this Uploader learnt: the chunks its last
+	// listing found and those it has stored since. It lists when it
+	// has not listed yet.
+	learnt
+)
+
 // storeIndex returns a copy of what is known of the store's chunks: a new
-// listing when list is set or nothing is known yet, which then replaces
-// what was known.
-func (u *Uploader) storeIndex(ctx context.Context, list bool) (map[string]time.Time, error) {
-	if !list {
+// listing when src is listStore or nothing is known yet, which then
+// replaces what was known.
+func (u *Uploader) storeIndex(ctx context.Context, src indexSource) (map[string]time.Time, error) {
+	if src == learnt {
 		u.mu.Lock()
 		index := maps.Clone(u.index)
 		u.mu.Unlock()
@@ -255,210 +267,302 @@ func (u *Uploader) stored(sum string, t time.Time) {
 	}
 }
 
-func (u *Uploader) upload(ctx context.Context, dir string, paths []string, target Target, list bool) (*UploadResult, error) {
+// upload is Upload (paths nil: every regular file under dir) and
+// UploadFiles: it plans the upload, stores every chunk the store lacks,
+// and commits the manifest.
+func (u *Uploader) upload(ctx context.Context, dir string, paths []string, target Target, src indexSource) (*UploadResult, error) {
+	run, err := u.plan(ctx, dir, paths, target, src)
+	if err != nil {
+		return nil, err
+	}
+	if err := run.storeChunks(ctx); err != nil {
+		return nil, err
+	}
+	return run.commit(ctx)
+}
+
+// uploadRun is one upload in progress: its settings, its files, what the
+// store holds, and each file's chunks as they are read and stored.
+type uploadRun struct {
+	u         *Uploader
+	dir       string
+	target    Target
+	chunkSize int
+	workers   int
+	buffers   int
+	window    time.Duration
+	clock     Clock
+	log       *slog.Logger
+	start     time.Time
+	// reuseAge: chunks stored before start whose age exceeds it may be
+	// pruned before this upload commits; they are Put again
+	// (docs/FORMAT.md).
+	reuseAge time.Duration
+	index    map[string]time.Time // the store's chunks (storeIndex)
+	files    []localFile
+	reused   []bool // files whose chunks this Uploader knew (knownChunks)
+	res      *UploadResult
+
+	mu       sync.Mutex
+	chunks   [][]Chunk
+	attempts []int           // the read attempt chunks[i] is of
+	seen     map[string]bool // chunks stored or skipped by this upload
+	upBytes  atomic.Int64
+	dupBytes atomic.Int64
+	upN      atomic.Int64
+	dupN     atomic.Int64
+}
+
+// plan checks the configuration and target, finds the files, checks that
+// they are whole, learns which chunks the store holds, and takes the
+// chunks of the files this Uploader committed before, unchanged.
+func (u *Uploader) plan(ctx context.Context, dir string, paths []string, target Target, src indexSource) (*uploadRun, error) {
 	if err := u.Validate(); err != nil {
 		return nil, err
 	}
 	if err := target.Validate(); err != nil {
 		return nil, fmt.Errorf("checkpoint: upload from %s: %w", dir, err)
 	}
-	chunkSize := cmp.Or(u.ChunkSize, DefaultChunkSize)
 	workers := cmp.Or(u.Workers, DefaultUploadWorkers)
-	buffers := max(cmp.Or(u.Buffers, workers+2), 1)
-	window := safetyWindow(u.SafetyWindow)
-	clock := orDefaultClock(u.Clock)
-	log := u.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	run := &uploadRun{
+		u: u, dir: dir, target: target,
+		chunkSize: cmp.Or(u.ChunkSize, DefaultChunkSize),
+		workers:   workers,
+		buffers:   max(cmp.Or(u.Buffers, workers+2), 1),
+		window:    safetyWindow(u.SafetyWindow),
+		clock:     orDefaultClock(u.Clock),
+		log:       u.Log,
 	}
-	start := clock()
+	if run.log == nil {
+		run.log = slog.New(slog.DiscardHandler)
+	}
+	run.start = run.clock()
 
-	var files []localFile
-	var skipped []string
-	var err error
-	if paths == nil {
-		files, skipped, err = scanDir(dir)
-	} else {
-		files, skipped, err = statFiles(dir, paths)
-	}
+	files, skipped, err := findFiles(dir, paths)
 	if err != nil {
 		return nil, err
 	}
 	if len(skipped) > 0 {
-		log.Warn("checkpoint.skipped_special", "paths", skipped, "count", len(skipped))
+		run.log.Warn("checkpoint.skipped_special", "paths", skipped, "count", len(skipped))
 	}
 	if !u.SkipFormatCheck {
-		rels := make([]string, len(files))
-		for i, f := range files {
-			rels[i] = f.rel
-		}
-		// Paddle's save_state_dict writes the metadata on the coordinator
-		// (rank 0) only: other ranks' shards are checked one by one.
-		if err := checkSet(rels, target.Rank); err != nil {
-			if !errors.Is(err, format.ErrTorn) {
-				return nil, fmt.Errorf("checkpoint: upload %s: format check: %w", dir, err)
-			}
-			return nil, storage.Permanent(fmt.Errorf("checkpoint: upload %s: %w: %w", dir, ErrInterrupted, err))
+		if err := checkWholeSet(dir, files, target.Rank); err != nil {
+			return nil, err
 		}
 	}
-	// Chunks stored before start whose age exceeds reuseAge may be pruned
-	// before this upload commits: they are Put again (docs/FORMAT.md).
-	reuseAge := window - window/4
-	index, err := u.storeIndex(ctx, list)
-	if err != nil {
+	run.reuseAge = run.window - run.window/4
+	if run.index, err = u.storeIndex(ctx, src); err != nil {
 		return nil, err
 	}
+	run.files = files
+	run.res = &UploadResult{Skipped: skipped}
+	run.chunks = make([][]Chunk, len(files))
+	run.attempts = make([]int, len(files))
+	run.seen = make(map[string]bool)
+	run.reuseKnown()
+	return run, nil
+}
 
-	res := &UploadResult{Skipped: skipped}
-	var (
-		mu       sync.Mutex
-		chunks   = make([][]Chunk, len(files))
-		attempts = make([]int, len(files)) // the read attempt chunks[i] is of
-		seen     = make(map[string]bool)
-		upBytes  atomic.Int64
-		dupBytes atomic.Int64
-		upN      atomic.Int64
-		dupN     atomic.Int64
-	)
-	pool := make(chan []byte, buffers)
-	for range buffers {
+// findFiles returns the regular files under dir (paths nil) or the given
+// ones, and the special files it skipped.
+func findFiles(dir string, paths []string) (files []localFile, skipped []string, err error) {
+	if paths == nil {
+		return scanDir(dir)
+	}
+	return statFiles(dir, paths)
+}
+
+// checkWholeSet runs the format check of the files' set of paths for rank
+// (checkSet); a set that is not whole fails with ErrInterrupted.
+func checkWholeSet(dir string, files []localFile, rank int) error {
+	rels := make([]string, len(files))
+	for i, f := range files {
+		rels[i] = f.rel
+	}
+	// Paddle's save_state_dict writes the metadata on the coordinator
+	// (rank 0) only: other ranks' shards are checked one by one.
+	err := checkSet(rels, rank)
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, format.ErrTorn):
+		return fmt.Errorf("checkpoint: upload %s: format check: %w", dir, err)
+	}
+	return storage.Permanent(fmt.Errorf("checkpoint: upload %s: %w: %w", dir, ErrInterrupted, err))
+}
+
+// reuseKnown takes the chunks of each file this Uploader committed before
+// and that has not changed since (knownChunks): they are not read again.
+func (run *uploadRun) reuseKnown() {
+	run.reused = make([]bool, len(run.files))
+	for i, f := range run.files {
+		if cs, ok := run.u.knownChunks(f, run.index, run.start, run.reuseAge); ok {
+			run.chunks[i], run.reused[i] = cs, true
+			run.res.ReusedFiles++
+			for _, c := range cs {
+				run.dupBytes.Add(c.Size)
+				run.dupN.Add(1)
+			}
+		}
+	}
+}
+
+// storeChunks reads the files not reused in chunks, one file after
+// another, and hashes and stores up to workers chunks at once, through
+// buffers buffers. The first error stops it and is returned.
+func (run *uploadRun) storeChunks(ctx context.Context) error {
+	pool := make(chan []byte, run.buffers)
+	for range run.buffers {
 		pool <- nil // allocated on first use
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(workers + 1) // the reader, and up to workers chunks hashed and Put
-
-	reused := make([]bool, len(files))
-	for i, f := range files {
-		if cs, ok := u.knownChunks(f, index, start, reuseAge); ok {
-			chunks[i], reused[i] = cs, true
-			res.ReusedFiles++
-			for _, c := range cs {
-				dupBytes.Add(c.Size)
-				dupN.Add(1)
-			}
-		}
-	}
-	store := func(job uploadJob) error {
-		mu.Lock()
-		void := attempts[job.file] != job.attempt
-		mu.Unlock()
-		if void { // the file changed: this read of it is void
-			pool <- job.buf
-			return nil
-		}
-		err := u.storeChunk(gctx, job, func(sum string) (skip bool) {
-			mu.Lock()
-			defer mu.Unlock()
-			if attempts[job.file] != job.attempt {
-				return true // void since the check above
-			}
-			chunks[job.file][job.chunk].SHA256 = sum
-			if seen[sum] {
-				return true
-			}
-			seen[sum] = true
-			mod, ok := index[sum]
-			return ok && start.Sub(mod) <= reuseAge
-		}, func(uploaded bool) {
-			n := int64(len(job.buf))
-			if uploaded {
-				upBytes.Add(n)
-				upN.Add(1)
-			} else {
-				dupBytes.Add(n)
-				dupN.Add(1)
-			}
-		})
-		pool <- job.buf
-		return err
-	}
-	check := readCheck{format: !u.SkipFormatCheck}
+	g.SetLimit(run.workers + 1) // the reader, and up to workers chunks hashed and Put
 	g.Go(func() error {
-		for i := range files {
-			if reused[i] {
+		for i := range run.files {
+			if run.reused[i] {
 				continue
 			}
-			for attempt := 0; ; attempt++ {
-				mu.Lock()
-				chunks[i], attempts[i] = nil, attempt
-				mu.Unlock()
-				if u.beforeOpen != nil {
-					u.beforeOpen(files[i].rel)
-				}
-				rerr := readChunks(gctx, dir, files[i], chunkSize, pool, check, func(buf []byte) {
-					mu.Lock()
-					chunks[i] = append(chunks[i], Chunk{Size: int64(len(buf))})
-					j := len(chunks[i]) - 1
-					mu.Unlock()
-					if gctx.Err() != nil {
-						pool <- buf
-						return
-					}
-					job := uploadJob{file: i, chunk: j, attempt: attempt, buf: buf}
-					g.Go(func() error { return store(job) })
-				})
-				if rerr == nil {
-					break
-				}
-				if !errors.Is(rerr, ErrChanged) || gctx.Err() != nil {
-					return rerr
-				}
-				if attempt == maxRereads {
-					return fmt.Errorf("%w; read %d times, it changed each time; it is uploaded once the trainer has finished writing it", rerr, attempt+1)
-				}
-				f, err := restat(dir, files[i])
-				if err != nil {
-					return err
-				}
-				log.Info("checkpoint.reread", "path", files[i].rel, "why", rerr.Error())
-				files[i] = f
-				mu.Lock()
-				res.Reread++
-				mu.Unlock()
+			if err := run.readFile(gctx, i, pool, func(job uploadJob) {
+				g.Go(func() error { return run.storeJob(gctx, job, pool) })
+			}); err != nil {
+				return err
 			}
 		}
 		return nil
 	})
-	if err := waitCause(ctx, gctx, g); err != nil {
-		return nil, err
-	}
+	return waitCause(ctx, gctx, g)
+}
 
-	res.UploadedBytes, res.DedupedBytes = upBytes.Load(), dupBytes.Load()
-	res.UploadedChunks, res.DedupedChunks = int(upN.Load()), int(dupN.Load())
-	if elapsed := clock().Sub(start); elapsed > window/4 {
-		return nil, fmt.Errorf("checkpoint: upload %s: took %s, over a quarter of the %s safety window; not committing because prune may have removed reused chunks; upload again or raise the safety window of both upload and prune", target, elapsed, window)
-	}
-
-	m := &Manifest{
-		Format: FormatVersion, ID: newID(), Step: target.Step, Rank: target.Rank, WorldSize: target.WorldSize,
-		Counter: target.Counter, Generation: target.Generation, Created: start.UTC(), Producer: cmp.Or(u.Producer, "lifeboat"), ChunkSize: int64(chunkSize),
-	}
-	res.Files = len(files)
-	for i, f := range files {
-		m.Files = append(m.Files, File{Path: f.rel, Size: f.size, Mode: uint32(f.mode.Perm()), Chunks: chunks[i]})
-		if chunks[i] == nil {
-			m.Files[i].Chunks = []Chunk{}
+// readFile reads file i in chunks into buffers from pool and hands each to
+// store. A file that changed while it was read is read again from its
+// start, at most maxRereads times; the chunks of an earlier read are void.
+func (run *uploadRun) readFile(ctx context.Context, i int, pool chan []byte, store func(uploadJob)) error {
+	check := readCheck{format: !run.u.SkipFormatCheck}
+	for attempt := 0; ; attempt++ {
+		run.mu.Lock()
+		run.chunks[i], run.attempts[i] = nil, attempt
+		run.mu.Unlock()
+		if run.u.beforeOpen != nil {
+			run.u.beforeOpen(run.files[i].rel)
 		}
-		res.Chunks += len(chunks[i])
-		res.Bytes += f.size
+		rerr := readChunks(ctx, run.dir, run.files[i], run.chunkSize, pool, check, func(buf []byte) {
+			run.mu.Lock()
+			run.chunks[i] = append(run.chunks[i], Chunk{Size: int64(len(buf))})
+			j := len(run.chunks[i]) - 1
+			run.mu.Unlock()
+			if ctx.Err() != nil {
+				pool <- buf
+				return
+			}
+			store(uploadJob{file: i, chunk: j, attempt: attempt, buf: buf})
+		})
+		if rerr == nil {
+			return nil
+		}
+		if !errors.Is(rerr, ErrChanged) || ctx.Err() != nil {
+			return rerr
+		}
+		if attempt == maxRereads {
+			return fmt.Errorf("%w; read %d times, it changed each time; it is uploaded once the trainer has finished writing it", rerr, attempt+1)
+		}
+		f, err := restat(run.dir, run.files[i])
+		if err != nil {
+			return err
+		}
+		run.log.Info("checkpoint.reread", "path", run.files[i].rel, "why", rerr.Error())
+		run.files[i] = f
+		run.mu.Lock()
+		run.res.Reread++
+		run.mu.Unlock()
 	}
+}
+
+// storeJob hashes job's chunk and Puts it unless the store holds it
+// already, fresh enough, or this upload stored it, then gives its buffer
+// back to pool. A chunk of a void read of its file is dropped.
+func (run *uploadRun) storeJob(ctx context.Context, job uploadJob, pool chan []byte) error {
+	run.mu.Lock()
+	void := run.attempts[job.file] != job.attempt
+	run.mu.Unlock()
+	if void { // the file changed: this read of it is void
+		pool <- job.buf
+		return nil
+	}
+	err := run.u.storeChunk(ctx, job, func(sum string) (skip bool) {
+		run.mu.Lock()
+		defer run.mu.Unlock()
+		if run.attempts[job.file] != job.attempt {
+			return true // void since the check above
+		}
+		run.chunks[job.file][job.chunk].SHA256 = sum
+		if run.seen[sum] {
+			return true
+		}
+		run.seen[sum] = true
+		mod, ok := run.index[sum]
+		return ok && run.start.Sub(mod) <= run.reuseAge
+	}, func(uploaded bool) {
+		n := int64(len(job.buf))
+		if uploaded {
+			run.upBytes.Add(n)
+			run.upN.Add(1)
+		} else {
+			run.dupBytes.Add(n)
+			run.dupN.Add(1)
+		}
+	})
+	pool <- job.buf
+	return err
+}
+
+// commit writes the manifest of the stored chunks, unless the upload took
+// so long that Prune may have removed chunks it reused, and records the
+// files' chunks for later uploads.
+func (run *uploadRun) commit(ctx context.Context) (*UploadResult, error) {
+	res := run.res
+	res.UploadedBytes, res.DedupedBytes = run.upBytes.Load(), run.dupBytes.Load()
+	res.UploadedChunks, res.DedupedChunks = int(run.upN.Load()), int(run.dupN.Load())
+	if elapsed := run.clock().Sub(run.start); elapsed > run.window/4 {
+		return nil, fmt.Errorf("checkpoint: upload %s: took %s, over a quarter of the %s safety window; not committing because prune may have removed reused chunks; upload again or raise the safety window of both upload and prune", run.target, elapsed, run.window)
+	}
+	m := run.manifest()
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
-	c, err := u.commit(ctx, m)
+	c, err := run.u.commit(ctx, m)
 	if err != nil {
 		return nil, err
 	}
 	res.Manifest, res.Key, res.Revision, res.AlreadyCommitted = c.manifest, c.key, c.manifest.Revision, c.already
-	u.remember(files, m)
+	run.u.remember(run.files, m)
 	if c.already {
 		return res, nil
 	}
 	if res.Revision > 0 {
-		log.Info("checkpoint.revised", "step", target.Step, "rank", target.Rank, "revision", res.Revision,
+		run.log.Info("checkpoint.revised", "step", run.target.Step, "rank", run.target.Rank, "revision", res.Revision,
 			"why", "the step's files changed after it was committed")
 	}
 	return res, nil
+}
+
+// manifest is the manifest of the upload's files and chunks; it counts
+// them into the result.
+func (run *uploadRun) manifest() *Manifest {
+	t := run.target
+	m := &Manifest{
+		Format: FormatVersion, ID: newID(), Step: t.Step, Rank: t.Rank, WorldSize: t.WorldSize,
+		Counter: t.Counter, Generation: t.Generation, Created: run.start.UTC(), Producer: cmp.Or(run.u.Producer, "lifeboat"), ChunkSize: int64(run.chunkSize),
+	}
+	run.res.Files = len(run.files)
+	for i, f := range run.files {
+		m.Files = append(m.Files, File{Path: f.rel, Size: f.size, Mode: uint32(f.mode.Perm()), Chunks: run.chunks[i]})
+		if run.chunks[i] == nil {
+			m.Files[i].Chunks = []Chunk{}
+		}
+		run.res.Chunks += len(run.chunks[i])
+		run.res.Bytes += f.size
+	}
+	return m
 }
 
 // storeChunk hashes job's bytes and Puts them unless skip(sum) says the
