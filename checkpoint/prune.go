@@ -82,12 +82,11 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 	if opts.Keep < 1 {
 		return nil, errors.New("checkpoint: prune: keep must be at least 1, or every checkpoint would be deleted")
 	}
-	window := safetyWindow(opts.SafetyWindow)
-	log := opts.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	p := &pruner{s: s, opts: opts, log: opts.Log, res: &PruneResult{}}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
 	}
-	cutoff := orDefaultClock(opts.Clock)().Add(-window)
+	p.cutoff = orDefaultClock(opts.Clock)().Add(-safetyWindow(opts.SafetyWindow))
 
 	groups, err := listSteps(ctx, s, snapshotsPrefix)
 	if err != nil {
@@ -96,36 +95,56 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 	if err := readGroups(ctx, s, groups); err != nil {
 		return nil, fmt.Errorf("checkpoint: prune: read manifests in %s: %w", s, err)
 	}
-	manifests := map[string]*Manifest{} // key -> decoded; nil when invalid
-	for _, g := range groups {
-		for r, oi := range g.keys {
-			manifests[oi.Key] = g.manifests[r]
-		}
-	}
-	read := func(key string) error {
-		if _, ok := manifests[key]; ok {
-			return nil
-		}
-		m, err := readManifest(ctx, s, key)
-		if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, storage.ErrNotExist) {
-			return err
-		}
-		manifests[key] = m
-		return nil
-	}
 	stored, err := listChunks(ctx, s)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: prune: %w", err)
 	}
-	res := &PruneResult{}
-	// Newest means committed last, whatever the step number: a run started
-	// afresh (another world size, or --restore never) commits lower steps
-	// than the run before it, and its steps are the newer work.
+	old := p.chooseSteps(groups, stored)
+	doomed := p.manifestsToDelete(groups, old)
+	if len(p.res.Kept) != opts.Keep {
+		p.log.Info("checkpoint: prune: fewer restorable steps than to keep; only abandoned steps, superseded revisions and unreferenced chunks older than the safety window are deleted",
+			"restorable", len(p.res.Kept), "keep", opts.Keep)
+	}
+	if err := p.deleteManifests(ctx, doomed); err != nil {
+		return p.res, err
+	}
+	referenced, err := p.referencedChunks(ctx, groups, doomed)
+	if err != nil {
+		return p.res, err
+	}
+	if err := p.deleteChunks(ctx, referenced); err != nil {
+		return p.res, err
+	}
+	res := p.res
+	p.log.Info("checkpoint: pruned", "kept", res.Kept, "unrestorable", res.Unrestorable, "abandoned", res.Abandoned, "deleted_steps", len(res.DeletedSteps), "deleted_revisions", res.DeletedRevisions,
+		"deleted_chunks", res.DeletedChunks, "deleted_bytes", res.DeletedBytes, "dry_run", opts.DryRun)
+	return res, nil
+}
+
+// pruner is one Prune in progress: its options, the time before which
+// unreferenced objects are old enough to delete, and its result so far.
+type pruner struct {
+	s      storage.Store
+	opts   PruneOptions
+	log    *slog.Logger
+	cutoff time.Time // now less the safety window
+	res    *PruneResult
+}
+
+// chooseSteps goes through groups newest first (committed last, whatever
+// the step number: a run started afresh, of another world size or with
+// --restore never, commits lower steps than the run before it, and its
+// steps are the newer work) and records the Keep restorable ones to keep,
+// the unrestorable ones and the abandoned ones. It returns the steps to
+// delete: those older than the oldest kept one once Keep are kept, and
+// the abandoned ones.
+func (p *pruner) chooseSteps(groups []*stepGroup, stored chunkSizes) (old map[*stepGroup]bool) {
+	res := p.res
 	order := slices.Clone(groups)
 	newestFirst(order)
-	old := map[*stepGroup]bool{} // older than the oldest kept step, once Keep are kept
+	old = map[*stepGroup]bool{}
 	for i, g := range order {
-		if len(res.Kept) == opts.Keep {
+		if len(res.Kept) == p.opts.Keep {
 			for _, o := range order[i:] {
 				old[o] = true
 			}
@@ -137,7 +156,7 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 			// the other ranks' commits are younger than the window; after
 			// that it is over (an upload commits within a quarter of the
 			// window of its start), and the step never completes.
-			if g.committed().Before(cutoff) {
+			if g.committed().Before(p.cutoff) {
 				old[g] = true
 				res.Abandoned = append(res.Abandoned, g.step)
 			}
@@ -151,21 +170,26 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 		}
 		missing, wrongSize := stored.check(ms)
 		if len(ms) < g.worldSize || missing > 0 || wrongSize > 0 {
-			log.Warn("checkpoint: prune: step cannot be restored; it counts toward no --keep", "step", g.step,
+			p.log.Warn("checkpoint: prune: step cannot be restored; it counts toward no --keep", "step", g.step,
 				"bad_manifests", g.worldSize-len(ms), "missing_chunks", missing, "wrong_size_chunks", wrongSize)
 			res.Unrestorable = append(res.Unrestorable, g.step)
 			continue
 		}
 		res.Kept = append(res.Kept, g.step)
 	}
-	// deleted holds the manifests to delete, in order: for each rank, its
-	// lower revisions first, so that a reader never sees an older revision
-	// become a rank's highest while it is deleted.
+	return old
+}
+
+// manifestsToDelete returns the manifests to delete, in order: every
+// revision of the old steps, and the superseded revisions of the others
+// whose revision above was committed before the window. For each rank
+// its lower revisions come first, so that a reader never sees an older
+// revision become a rank's highest while it is deleted.
+func (p *pruner) manifestsToDelete(groups []*stepGroup, old map[*stepGroup]bool) []storage.ObjectInfo {
 	var deleted []storage.ObjectInfo
-	enough := len(res.Kept) == opts.Keep
 	for _, g := range groups {
 		if old[g] {
-			res.DeletedSteps = append(res.DeletedSteps, g.step)
+			p.res.DeletedSteps = append(p.res.DeletedSteps, g.step)
 			// Rank 0 first: the step stops being complete with its
 			// highest revision.
 			for r := range g.worldSize {
@@ -184,9 +208,9 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 		for r, older := range g.older {
 			above := g.keys[r].ModTime
 			for i := len(older) - 1; i >= 0; i-- {
-				if above.Before(cutoff) {
+				if above.Before(p.cutoff) {
 					deleted = append(deleted, older[i].info)
-					res.DeletedRevisions++
+					p.res.DeletedRevisions++
 				}
 				if t := older[i].info.ModTime; t.Before(above) {
 					above = t
@@ -194,33 +218,54 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 			}
 		}
 	}
-	res.DeletedSteps = slices.Compact(res.DeletedSteps)
-	if !enough {
-		log.Info("checkpoint: prune: fewer restorable steps than to keep; only abandoned steps, superseded revisions and unreferenced chunks older than the safety window are deleted",
-			"restorable", len(res.Kept), "keep", opts.Keep)
-	}
-	doomedKey := make(map[string]bool, len(deleted))
-	for _, oi := range deleted {
-		doomedKey[oi.Key] = true
-		if !opts.DryRun {
-			if err := deleteKey(ctx, s, oi.Key); err != nil {
-				return res, err
+	p.res.DeletedSteps = slices.Compact(p.res.DeletedSteps)
+	return deleted
+}
+
+// deleteManifests deletes the manifests doomed, in their order (with
+// DryRun, only counts them).
+func (p *pruner) deleteManifests(ctx context.Context, doomed []storage.ObjectInfo) error {
+	for _, oi := range doomed {
+		if !p.opts.DryRun {
+			if err := deleteKey(ctx, p.s, oi.Key); err != nil {
+				return err
 			}
 		}
-		res.DeletedManifests++
+		p.res.DeletedManifests++
 	}
+	return nil
+}
 
-	// List again: manifests committed since the first listing protect
-	// their chunks too.
+// referencedChunks lists the manifests again, so that those committed
+// since the first listing protect their chunks too, and returns the
+// chunks the manifests not doomed reference. A manifest that cannot be
+// decoded references none; those of groups are not read again.
+func (p *pruner) referencedChunks(ctx context.Context, groups []*stepGroup, doomed []storage.ObjectInfo) (map[string]bool, error) {
+	manifests := map[string]*Manifest{} // key -> decoded; nil when invalid
+	for _, g := range groups {
+		for r, oi := range g.keys {
+			manifests[oi.Key] = g.manifests[r]
+		}
+	}
+	doomedKey := make(map[string]bool, len(doomed))
+	for _, oi := range doomed {
+		doomedKey[oi.Key] = true
+	}
 	referenced := map[string]bool{}
-	err = s.List(ctx, snapshotsPrefix, func(oi storage.ObjectInfo) error {
+	err := p.s.List(ctx, snapshotsPrefix, func(oi storage.ObjectInfo) error {
 		if _, _, _, _, ok := parseManifestKey(oi.Key); !ok || doomedKey[oi.Key] {
 			return nil
 		}
-		if err := read(oi.Key); err != nil {
-			return err
+		m, known := manifests[oi.Key]
+		if !known {
+			var err error
+			m, err = readManifest(ctx, p.s, oi.Key)
+			if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, storage.ErrNotExist) {
+				return err
+			}
+			manifests[oi.Key] = m
 		}
-		if m := manifests[oi.Key]; m != nil {
+		if m != nil {
 			for _, f := range m.Files {
 				for _, c := range f.Chunks {
 					referenced[c.SHA256] = true
@@ -230,37 +275,41 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 		return nil
 	})
 	if err != nil {
-		return res, fmt.Errorf("checkpoint: prune: list %s in %s: %w", snapshotsPrefix, s, err)
+		return nil, fmt.Errorf("checkpoint: prune: list %s in %s: %w", snapshotsPrefix, p.s, err)
 	}
+	return referenced, nil
+}
 
+// deleteChunks deletes the chunks not referenced that are older than the
+// safety window (with DryRun, only counts them), and counts the younger
+// ones it keeps.
+func (p *pruner) deleteChunks(ctx context.Context, referenced map[string]bool) error {
 	var doomed []storage.ObjectInfo
-	err = s.List(ctx, chunksPrefix, func(oi storage.ObjectInfo) error {
+	err := p.s.List(ctx, chunksPrefix, func(oi storage.ObjectInfo) error {
 		sum, ok := parseChunkKey(oi.Key)
 		if !ok || referenced[sum] {
 			return nil
 		}
-		if !oi.ModTime.Before(cutoff) {
-			res.YoungUnreferenced++
+		if !oi.ModTime.Before(p.cutoff) {
+			p.res.YoungUnreferenced++
 			return nil
 		}
 		doomed = append(doomed, oi)
 		return nil
 	})
 	if err != nil {
-		return res, fmt.Errorf("checkpoint: prune: list %s in %s: %w", chunksPrefix, s, err)
+		return fmt.Errorf("checkpoint: prune: list %s in %s: %w", chunksPrefix, p.s, err)
 	}
 	for _, oi := range doomed {
-		if !opts.DryRun {
-			if err := deleteKey(ctx, s, oi.Key); err != nil {
-				return res, err
+		if !p.opts.DryRun {
+			if err := deleteKey(ctx, p.s, oi.Key); err != nil {
+				return err
 			}
 		}
-		res.DeletedChunks++
-		res.DeletedBytes += oi.Size
+		p.res.DeletedChunks++
+		p.res.DeletedBytes += oi.Size
 	}
-	log.Info("checkpoint: pruned", "kept", res.Kept, "unrestorable", res.Unrestorable, "abandoned", res.Abandoned, "deleted_steps", len(res.DeletedSteps), "deleted_revisions", res.DeletedRevisions,
-		"deleted_chunks", res.DeletedChunks, "deleted_bytes", res.DeletedBytes, "dry_run", opts.DryRun)
-	return res, nil
+	return nil
 }
 
 func deleteKey(ctx context.Context, s storage.Store, key string) error {
