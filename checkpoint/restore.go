@@ -450,43 +450,75 @@ type restoreJob struct {
 
 // restoreFiles restores files into dir (see Restore); set is the paths
 // format.CheckSet checks as one set (setPaths).
-func restoreFiles(ctx context.Context, s storage.Store, files []File, set []string, dir string, opts RestoreOptions) (err error) {
-	for _, f := range files {
-		if err := CheckPath(f.Path); err != nil { // Validate did; belt and braces
-			return fmt.Errorf("%v: %w", err, ErrCorrupt)
-		}
+func restoreFiles(ctx context.Context, s storage.Store, files []File, set []string, dir string, opts RestoreOptions) error {
+	tmp, err := prepareRestore(ctx, files, dir)
+	if tmp != "" {
+		defer os.RemoveAll(tmp)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if err := checkTargets(dir, files); err != nil {
-		return writeFailed(err)
-	}
-	if err := checkSpace(dir, files); err != nil {
-		return err
-	}
-	tmp, err := os.MkdirTemp(dir, tempPrefix+"*")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
-	if err := reserveFiles(ctx, tmp, files); err != nil {
-		if ctx.Err() != nil {
+	workers := cmpOrInt(opts.Workers, DefaultDownloadWorkers)
+	if err := downloadFiles(ctx, s, files, tmp, workers, opts.Progress); err != nil {
+		return err
+	}
+	if !opts.SkipFormatCheck {
+		if err := checkRestored(ctx, tmp, files, set, workers); err != nil {
+			if !errors.Is(err, ErrCorrupt) && ctx.Err() == nil {
+				err = writeFailed(err)
+			}
 			return err
 		}
-		return writeFailed(err)
 	}
+	return moveIntoPlace(files, tmp, dir)
+}
 
+// prepareRestore checks that files can be restored into dir (their paths,
+// the targets in dir, the free space) and creates them, reserved, in a new
+// temporary directory inside dir, which it returns (also with an error,
+// once it exists: the caller removes it).
+func prepareRestore(ctx context.Context, files []File, dir string) (tmp string, err error) {
+	for _, f := range files {
+		if err := CheckPath(f.Path); err != nil { // Validate did; belt and braces
+			return "", fmt.Errorf("%v: %w", err, ErrCorrupt)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if err := checkTargets(dir, files); err != nil {
+		return "", writeFailed(err)
+	}
+	if err := checkSpace(dir, files); err != nil {
+		return "", err
+	}
+	tmp, err = os.MkdirTemp(dir, tempPrefix+"*")
+	if err != nil {
+		return "", err
+	}
+	if err := reserveFiles(ctx, tmp, files); err != nil {
+		if ctx.Err() != nil {
+			return tmp, err
+		}
+		return tmp, writeFailed(err)
+	}
+	return tmp, nil
+}
+
+// downloadFiles writes the chunks of files into their reserved files under
+// tmp, up to workers at once, and reports progress (when set) after each.
+// A sender opens one file at a time and hands out its chunks; the file is
+// closed, with its mode set and synced, when its last chunk is written.
+// The first error stops it and is returned.
+func downloadFiles(ctx context.Context, s storage.Store, files []File, tmp string, workers int, progress func(done, total int64)) error {
 	var total int64
 	for _, mf := range files {
 		total += mf.Size
 	}
 	var written atomic.Int64
-	if opts.Progress != nil {
-		opts.Progress(0, total)
+	if progress != nil {
+		progress(0, total)
 	}
-
-	workers := cmpOrInt(opts.Workers, DefaultDownloadWorkers)
 	scratch := newScratchPool(workers)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(workers + 1) // the sender, and up to workers downloads
@@ -506,8 +538,8 @@ func restoreFiles(ctx context.Context, s storage.Store, files []File, set []stri
 		// little left to do. Advisory: errors are ignored.
 		_ = unix.SyncFileRange(int(job.file.f.Fd()), job.offset, job.chunk.Size, unix.SYNC_FILE_RANGE_WRITE)
 		err := job.file.release(gctx, nil)
-		if opts.Progress != nil {
-			opts.Progress(written.Add(job.chunk.Size), total)
+		if progress != nil {
+			progress(written.Add(job.chunk.Size), total)
 		}
 		return err
 	}
@@ -516,41 +548,42 @@ func restoreFiles(ctx context.Context, s storage.Store, files []File, set []stri
 			if len(mf.Chunks) == 0 {
 				continue // done by reserveFiles
 			}
-			f, err := os.OpenFile(filepath.Join(tmp, filepath.FromSlash(mf.Path)), os.O_WRONLY|unix.O_NOFOLLOW, 0)
-			if err != nil {
-				return writeFailed(err)
-			}
-			rf := &restoreFile{f: f, path: mf.Path, mode: fs.FileMode(mf.Mode)}
-			rf.refs.Store(1)
-			var off int64
-			for _, c := range mf.Chunks {
-				if gctx.Err() != nil {
-					return rf.release(gctx, nil)
-				}
-				rf.refs.Add(1)
-				job := restoreJob{file: rf, offset: off, chunk: c}
+			if err := sendChunks(gctx, mf, tmp, func(job restoreJob) {
 				g.Go(func() error { return fetch(job) })
-				off += c.Size
-			}
-			if err := rf.release(gctx, nil); err != nil {
+			}); err != nil || gctx.Err() != nil {
 				return err
 			}
 		}
 		return nil
 	})
-	if err := waitCause(ctx, gctx, g); err != nil {
-		return err
-	}
+	return waitCause(ctx, gctx, g)
+}
 
-	if !opts.SkipFormatCheck {
-		if err := checkRestored(ctx, tmp, files, set, workers); err != nil {
-			if !errors.Is(err, ErrCorrupt) && ctx.Err() == nil {
-				err = writeFailed(err)
-			}
-			return err
-		}
+// sendChunks opens mf's reserved file under tmp and hands each of its
+// chunks to fetch, until ctx ends; then it drops its own reference to the
+// file (restoreFile.release).
+func sendChunks(ctx context.Context, mf File, tmp string, fetch func(restoreJob)) error {
+	f, err := os.OpenFile(filepath.Join(tmp, filepath.FromSlash(mf.Path)), os.O_WRONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return writeFailed(err)
 	}
-	// The restored copy is complete: move it into place.
+	rf := &restoreFile{f: f, path: mf.Path, mode: fs.FileMode(mf.Mode)}
+	rf.refs.Store(1)
+	var off int64
+	for _, c := range mf.Chunks {
+		if ctx.Err() != nil {
+			break
+		}
+		rf.refs.Add(1)
+		fetch(restoreJob{file: rf, offset: off, chunk: c})
+		off += c.Size
+	}
+	return rf.release(ctx, nil)
+}
+
+// moveIntoPlace renames the restored files from tmp to their paths in dir,
+// one by one, and syncs dir.
+func moveIntoPlace(files []File, tmp, dir string) error {
 	made := map[string]bool{}
 	for _, mf := range files {
 		rel := filepath.FromSlash(mf.Path)
