@@ -28,7 +28,7 @@ type committed struct {
 // that one stands and nothing is written. When another writer creates the
 // revision first, commit lists again and takes the next number.
 func (u *Uploader) commit(ctx context.Context, m *Manifest) (committed, error) {
-	prefix := rankPrefix(m.Step, m.Rank, m.WorldSize)
+	prefix := rankPrefix(m.target())
 	differ := map[string]bool{} // revisions read and found to hold other files
 	for range maxCommitTries {
 		revs, err := listRevisions(ctx, u.Store, prefix)
@@ -64,7 +64,7 @@ func (u *Uploader) commit(ctx context.Context, m *Manifest) (committed, error) {
 		if err != nil {
 			return committed{}, err
 		}
-		key := manifestKey(m.Step, m.Rank, m.WorldSize, next)
+		key := manifestKey(m.target(), next)
 		_, err = u.Store.Put(ctx, key, bytes.NewReader(data), int64(len(data)), storage.PutOptions{IfNotExists: true})
 		if errors.Is(err, storage.ErrExists) {
 			continue // another writer took this revision: list again
@@ -82,7 +82,7 @@ func (u *Uploader) commit(ctx context.Context, m *Manifest) (committed, error) {
 func listRevisions(ctx context.Context, s storage.Store, prefix string) ([]revisionKey, error) {
 	var revs []revisionKey
 	err := s.List(ctx, prefix, func(oi storage.ObjectInfo) error {
-		if _, _, _, rev, ok := parseManifestKey(oi.Key); ok {
+		if _, rev, ok := parseManifestKey(oi.Key); ok {
 			revs = append(revs, revisionKey{rev, oi})
 		}
 		return nil

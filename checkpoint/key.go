@@ -28,56 +28,60 @@ func chunkKey(sum string) string { return chunksPrefix + sum[:2] + "/" + sum }
 
 func stepPrefix(step int64) string { return fmt.Sprintf("%s%020d/", snapshotsPrefix, step) }
 
-// rankPrefix is the part every revision's key of one rank's snapshot of a
-// step shares, and no other key.
-func rankPrefix(step int64, rank, worldSize int) string {
-	return fmt.Sprintf("%srank-%05d-of-%05d", stepPrefix(step), rank, worldSize)
+// rankPrefix is the part every revision's key of the snapshot of t's step
+// and rank, of its world size, shares, and no other key. A key names only
+// Step, Rank and WorldSize of a target.
+func rankPrefix(t Target) string {
+	return fmt.Sprintf("%srank-%05d-of-%05d", stepPrefix(t.Step), t.Rank, t.WorldSize)
 }
 
-func manifestKey(step int64, rank, worldSize, revision int) string {
+// manifestKey is the key of revision of t's manifest.
+func manifestKey(t Target, revision int) string {
 	if revision == 0 {
-		return rankPrefix(step, rank, worldSize) + ".json"
+		return rankPrefix(t) + ".json"
 	}
-	return fmt.Sprintf("%s-rev-%05d.json", rankPrefix(step, rank, worldSize), revision)
+	return fmt.Sprintf("%s-rev-%05d.json", rankPrefix(t), revision)
 }
 
-// parseManifestKey is the inverse of manifestKey; ok is false for any other
-// key, which listings skip.
-func parseManifestKey(key string) (step int64, rank, worldSize, revision int, ok bool) {
+// parseManifestKey is the inverse of manifestKey: t has the Step, Rank and
+// WorldSize the key names. ok is false for any other key, which listings
+// skip.
+func parseManifestKey(key string) (t Target, revision int, ok bool) {
 	rest, found := strings.CutPrefix(key, snapshotsPrefix)
 	if !found || len(rest) < 21 || rest[20] != '/' {
-		return 0, 0, 0, 0, false
+		return Target{}, 0, false
 	}
 	step, err := strconv.ParseInt(rest[:20], 10, 64)
 	if err != nil || step < 0 {
-		return 0, 0, 0, 0, false
+		return Target{}, 0, false
 	}
 	name := rest[21:]
 	// rank-RRRRR-of-NNNNN.json or rank-RRRRR-of-NNNNN-rev-KKKKK.json
 	const base = len("rank-00000-of-00000")
 	if len(name) < base || !strings.HasPrefix(name, "rank-") || name[10:14] != "-of-" {
-		return 0, 0, 0, 0, false
+		return Target{}, 0, false
 	}
 	r, err1 := strconv.Atoi(name[5:10])
 	n, err2 := strconv.Atoi(name[14:19])
 	if err1 != nil || err2 != nil || n < 1 || n > MaxWorldSize || r < 0 || r >= n {
-		return 0, 0, 0, 0, false
+		return Target{}, 0, false
 	}
 	switch tail := name[base:]; {
 	case tail == ".json":
 	case len(tail) == len("-rev-00000.json") && strings.HasPrefix(tail, "-rev-") && strings.HasSuffix(tail, ".json"):
 		k, err := strconv.Atoi(tail[5:10])
 		if err != nil || k < 1 || k > MaxRevision {
-			return 0, 0, 0, 0, false
+			return Target{}, 0, false
 		}
 		revision = k
 	default:
-		return 0, 0, 0, 0, false
+		return Target{}, 0, false
 	}
-	if manifestKey(step, r, n, revision) != key {
-		return 0, 0, 0, 0, false
+	t = Target{Step: step, Rank: r, WorldSize: n}
+	if manifestKey(t, revision) != key {
+		return Target{}, 0, false
 	}
-	return step, r, n, revision, true
+	return t, revision, true
 }
 
 // parseChunkKey returns the hash in a chunk key; ok is false for other keys.

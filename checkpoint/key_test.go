@@ -11,18 +11,18 @@ func TestManifestKeyOrder(t *testing.T) {
 	for _, step := range []int64{9, 10, 100, 1, 1 << 40} {
 		for _, rank := range []int{10, 2} {
 			for _, rev := range []int{0, 10, 2} {
-				keys = append(keys, manifestKey(step, rank, 16, rev))
+				keys = append(keys, manifestKey(Target{Step: step, Rank: rank, WorldSize: 16}, rev))
 			}
 		}
 	}
 	slices.Sort(keys) // what List yields
 	var got [][3]int64
 	for _, k := range keys {
-		step, rank, n, rev, ok := parseManifestKey(k)
-		if !ok || n != 16 {
-			t.Fatalf("parseManifestKey(%q) = %v, %d", k, ok, n)
+		tg, rev, ok := parseManifestKey(k)
+		if !ok || tg.WorldSize != 16 {
+			t.Fatalf("parseManifestKey(%q) = %v, %d", k, ok, tg.WorldSize)
 		}
-		got = append(got, [3]int64{step, int64(rank), int64(rev)})
+		got = append(got, [3]int64{tg.Step, int64(tg.Rank), int64(rev)})
 	}
 	// Revisions 1.. ascend; revision 0 sorts after them ('-' < '.').
 	var want [][3]int64
@@ -68,12 +68,12 @@ func TestParseManifestKey(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
-			step, rank, n, rev, ok := parseManifestKey(tt.key)
-			if ok != tt.ok || ok && (step != tt.step || rank != tt.rank || n != tt.n || rev != tt.rev) {
-				t.Errorf("= %d %d %d %d %v, want %d %d %d %d %v", step, rank, n, rev, ok, tt.step, tt.rank, tt.n, tt.rev, tt.ok)
+			tg, rev, ok := parseManifestKey(tt.key)
+			if ok != tt.ok || ok && (tg != Target{Step: tt.step, Rank: tt.rank, WorldSize: tt.n} || rev != tt.rev) {
+				t.Errorf("= %+v %d %v, want %d %d %d %d %v", tg, rev, ok, tt.step, tt.rank, tt.n, tt.rev, tt.ok)
 			}
-			if ok && manifestKey(step, rank, n, rev) != tt.key {
-				t.Errorf("manifestKey gives %q back", manifestKey(step, rank, n, rev))
+			if ok && manifestKey(tg, rev) != tt.key {
+				t.Errorf("manifestKey gives %q back", manifestKey(tg, rev))
 			}
 		})
 	}

@@ -52,7 +52,7 @@ func putManifest(t *testing.T, s storage.Store, m *Manifest) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	putBytes(t, s, manifestKey(m.Step, m.Rank, m.WorldSize, m.Revision), b)
+	putBytes(t, s, manifestKey(m.target(), m.Revision), b)
 }
 
 // tebibyte is what the manifest of putHuge claims.
@@ -360,7 +360,7 @@ func TestRestoreLatestNothingRestorable(t *testing.T) {
 	}
 	checkTree(t, dir, tree{})
 
-	if err := s.Delete(context.Background(), manifestKey(2, 0, 1, 0)); err != nil {
+	if err := s.Delete(context.Background(), manifestKey(Target{Step: 2, WorldSize: 1}, 0)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := RestoreLatest(context.Background(), s, 0, dir, RestoreOptions{}); !errors.Is(err, ErrNothingRestorable) || !errors.Is(err, ErrNoCheckpoint) {
@@ -382,7 +382,7 @@ func TestRestoreStopsWhileReserving(t *testing.T) {
 	s := &mem.FaultStore{Inner: inner}
 	s.OnGet = func(c context.Context, key string, offset, length int64) (io.ReadCloser, error) {
 		switch {
-		case key == manifestKey(2, 0, 1, 0):
+		case key == manifestKey(Target{Step: 2, WorldSize: 1}, 0):
 			defer cancel() // the stop arrives as the manifest is read
 		case strings.HasPrefix(key, chunksPrefix):
 			chunkGets.Add(1)

@@ -91,6 +91,11 @@ func (m *Manifest) Bytes() int64 {
 	return n
 }
 
+// target is the Target m was committed as.
+func (m *Manifest) target() Target {
+	return Target{Step: m.Step, Rank: m.Rank, WorldSize: m.WorldSize, Counter: m.Counter, Generation: m.Generation}
+}
+
 // Encode validates m and returns its JSON encoding.
 func (m *Manifest) Encode() ([]byte, error) {
 	if err := m.Validate(); err != nil {

@@ -108,10 +108,10 @@ func TestSplitSaveRanksArePaired(t *testing.T) {
 	ctx := context.Background()
 	stores(t, func(t *testing.T, s storage.Store) {
 		u := newUploader(s, nil)
-		uploadTarget(t, u, Target{Step: 10, Rank: 0, WorldSize: 2}, rankTree(0, 10))
+		uploadTarget(t, u, Target{Step: 10, WorldSize: 2}, rankTree(0, 10))
 		whole := rankTree(0, 10)
 		whole["optimizer.bin"] = []byte("optimizer state of iteration 10")
-		if res := uploadTarget(t, u, Target{Step: 10, Rank: 0, WorldSize: 2}, whole); res.Revision != 1 {
+		if res := uploadTarget(t, u, Target{Step: 10, WorldSize: 2}, whole); res.Revision != 1 {
 			t.Fatalf("second part committed as revision %d, want 1", res.Revision)
 		}
 		uploadTarget(t, u, Target{Step: 10, Rank: 1, WorldSize: 2}, rankTree(1, 10))
@@ -131,12 +131,12 @@ func TestIncompleteReasons(t *testing.T) {
 	defer verifyNone(t)
 	s := mem.New()
 	u := newUploader(s, nil)
-	uploadTarget(t, u, Target{Step: 1, Rank: 0, WorldSize: 4}, rankTree(0, 1))
+	uploadTarget(t, u, Target{Step: 1, WorldSize: 4}, rankTree(0, 1))
 	uploadTarget(t, u, Target{Step: 1, Rank: 2, WorldSize: 4}, rankTree(2, 1))
 	for rank := range 2 {
 		uploadTarget(t, u, Target{Step: 2, Rank: rank, WorldSize: 2}, rankTree(rank, 2))
 	}
-	putBytes(t, s, manifestKey(2, 1, 2, 1), []byte("{garbled"))
+	putBytes(t, s, manifestKey(Target{Step: 2, Rank: 1, WorldSize: 2}, 1), []byte("{garbled"))
 	if sn := snapshotOf(t, s, 1, 4); sn.Complete || sn.Incomplete != "missing ranks 1,3" {
 		t.Errorf("step 1: complete %v, incomplete %q; want missing ranks 1,3", sn.Complete, sn.Incomplete)
 	}

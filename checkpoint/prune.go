@@ -253,7 +253,7 @@ func (p *pruner) referencedChunks(ctx context.Context, groups []*stepGroup, doom
 	}
 	referenced := map[string]bool{}
 	err := p.s.List(ctx, snapshotsPrefix, func(oi storage.ObjectInfo) error {
-		if _, _, _, _, ok := parseManifestKey(oi.Key); !ok || doomedKey[oi.Key] {
+		if _, _, ok := parseManifestKey(oi.Key); !ok || doomedKey[oi.Key] {
 			return nil
 		}
 		m, known := manifests[oi.Key]

@@ -68,7 +68,7 @@ func TestPruneKeepsNewest(t *testing.T) {
 	}
 	want := map[string]bool{}
 	for _, step := range []int64{3, 4} {
-		key := manifestKey(step, 0, 1, 0)
+		key := manifestKey(Target{Step: step, WorldSize: 1}, 0)
 		want[key] = true
 		m, err := readManifest(ctx, s, key)
 		if err != nil {
@@ -234,7 +234,7 @@ func TestPruneRevisions(t *testing.T) {
 	if dry.DeletedManifests != res.DeletedManifests || dry.DeletedRevisions != res.DeletedRevisions || dry.DeletedChunks != res.DeletedChunks {
 		t.Errorf("dry run %+v differs from the prune %+v", dry, res)
 	}
-	want := []string{manifestKey(2, 0, 1, 0), manifestKey(3, 0, 1, 1), manifestKey(3, 0, 1, 2)}
+	want := []string{manifestKey(Target{Step: 2, WorldSize: 1}, 0), manifestKey(Target{Step: 3, WorldSize: 1}, 1), manifestKey(Target{Step: 3, WorldSize: 1}, 2)}
 	if got := storedKeys(t, s, snapshotsPrefix); !slices.Equal(got, want) {
 		t.Errorf("manifests left %v, want %v", got, want)
 	}

@@ -93,7 +93,7 @@ func TestPruneDeletesOlderUnrestorable(t *testing.T) {
 	if !slices.Equal(res.Kept, []int64{4, 2}) || !slices.Equal(res.DeletedSteps, []int64{1}) {
 		t.Errorf("Prune = kept %v, deleted %v; want 4 and 2 kept, 1 deleted", res.Kept, res.DeletedSteps)
 	}
-	want := []string{manifestKey(2, 0, 1, 0), manifestKey(3, 0, 1, 0), manifestKey(4, 0, 1, 0)}
+	want := []string{manifestKey(Target{Step: 2, WorldSize: 1}, 0), manifestKey(Target{Step: 3, WorldSize: 1}, 0), manifestKey(Target{Step: 4, WorldSize: 1}, 0)}
 	if got := storedKeys(t, s, snapshotsPrefix); !slices.Equal(got, want) {
 		t.Errorf("manifests left %v, want %v", got, want)
 	}
@@ -110,7 +110,7 @@ func TestListMarksDamage(t *testing.T) {
 	upload(t, u, 1, 0, 1, tree{"a.bin": randomBytes(41, 1000)})
 	upload(t, u, 2, 0, 2, tree{"b.bin": randomBytes(42, 1000)}) // rank 1 missing
 	upload(t, u, 3, 0, 1, tree{"c.bin": randomBytes(43, 1000)})
-	putBytes(t, s, manifestKey(3, 0, 1, 0), []byte("{"))
+	putBytes(t, s, manifestKey(Target{Step: 3, WorldSize: 1}, 0), []byte("{"))
 	res := upload(t, u, 4, 0, 1, tree{"d.bin": randomBytes(44, 1000)})
 	if err := s.Delete(ctx, chunkKey(res.Manifest.Files[0].Chunks[0].SHA256)); err != nil {
 		t.Fatal(err)

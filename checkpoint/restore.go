@@ -133,7 +133,7 @@ func Restore(ctx context.Context, s storage.Store, step int64, rank int, dir str
 		}
 		return restoreAll(ctx, s, g, rank, dir, opts)
 	}
-	key, err := findManifest(ctx, s, step, rank, opts.WorldSize)
+	key, err := findManifest(ctx, s, Target{Step: step, Rank: rank, WorldSize: opts.WorldSize})
 	if err != nil {
 		return nil, err
 	}
@@ -340,12 +340,14 @@ func dataError(err error) bool {
 	return (errors.Is(err, ErrCorrupt) || errors.Is(err, storage.ErrNotExist) || errors.Is(err, ErrNotPaired)) && !errors.Is(err, ErrTooBig) && !errors.As(err, &we)
 }
 
-// findManifest returns the key of the highest revision of rank's manifest
-// at step.
-func findManifest(ctx context.Context, s storage.Store, step int64, rank, worldSize int) (string, error) {
+// findManifest returns the key of the highest revision of the manifest of
+// t's step and rank, of t's world size, or of the only one at the step
+// when t.WorldSize is 0.
+func findManifest(ctx context.Context, s storage.Store, t Target) (string, error) {
+	step, rank := t.Step, t.Rank
 	prefix := fmt.Sprintf("%srank-%05d-of-", stepPrefix(step), rank)
-	if worldSize > 0 {
-		prefix = rankPrefix(step, rank, worldSize)
+	if t.WorldSize > 0 {
+		prefix = rankPrefix(t)
 	}
 	groups, err := listSteps(ctx, s, prefix)
 	if err != nil {

@@ -47,12 +47,12 @@ var corruptions = []corruption{
 		}
 	}},
 	{"garbled manifest", BadManifest, true, func(t *testing.T, s storage.Store, m *Manifest, _ string) {
-		key := manifestKey(m.Step, m.Rank, m.WorldSize, m.Revision)
+		key := manifestKey(m.target(), m.Revision)
 		b := getBytes(t, s, key)
 		putBytes(t, s, key, b[:len(b)/2])
 	}},
 	{"missing manifest", MissingManifest, false, func(t *testing.T, s storage.Store, m *Manifest, _ string) {
-		if err := s.Delete(context.Background(), manifestKey(m.Step, m.Rank, m.WorldSize, m.Revision)); err != nil {
+		if err := s.Delete(context.Background(), manifestKey(m.target(), m.Revision)); err != nil {
 			t.Fatal(err)
 		}
 	}},
@@ -202,7 +202,7 @@ func TestRestoreRejectsEscapes(t *testing.T) {
 			s := mem.New()
 			putBytes(t, s, chunkKey(sum), content)
 			raw := fmt.Sprintf(`{"format":1,"id":"0123456789abcdef","step":1,"rank":0,"world_size":1,"created":"2025-01-01T00:00:00Z","producer":"evil","chunk_size":5,"files":[{"path":%q,"size":5,"mode":420,"chunks":[{"sha256":%q,"size":5}]}]}`, p, sum)
-			putBytes(t, s, manifestKey(1, 0, 1, 0), []byte(raw))
+			putBytes(t, s, manifestKey(Target{Step: 1, WorldSize: 1}, 0), []byte(raw))
 			parent := t.TempDir()
 			dir := filepath.Join(parent, "ckpt")
 			if _, err := Restore(ctx, s, 1, 0, dir, RestoreOptions{}); !errors.Is(err, ErrCorrupt) {
@@ -238,7 +238,7 @@ func TestRestoreLatestAllCorrupt(t *testing.T) {
 	defer verifyNone(t)
 	s := mem.New()
 	upload(t, newUploader(s, nil), 1, 0, 1, tree{"a": []byte("a")})
-	putBytes(t, s, manifestKey(1, 0, 1, 0), []byte("{"))
+	putBytes(t, s, manifestKey(Target{Step: 1, WorldSize: 1}, 0), []byte("{"))
 	res, err := RestoreLatest(context.Background(), s, 0, t.TempDir(), RestoreOptions{})
 	if !errors.Is(err, ErrNoCheckpoint) || !errors.Is(err, ErrCorrupt) || len(res.Fallbacks) != 1 {
 		t.Errorf("RestoreLatest = %+v, %v; want ErrNoCheckpoint and ErrCorrupt with one fallback", res, err)

@@ -282,7 +282,7 @@ func TestManifestRevisionMatchesKey(t *testing.T) {
 	upload(t, u, 1, 0, 1, sampleTree(1))
 	upload(t, u, 2, 0, 1, sampleTree(2))
 	res := upload(t, u, 2, 0, 1, sampleTree(3)) // revision 1
-	putBytes(t, s, manifestKey(2, 0, 1, 2), getBytes(t, s, res.Key))
+	putBytes(t, s, manifestKey(Target{Step: 2, WorldSize: 1}, 2), getBytes(t, s, res.Key))
 	out := t.TempDir()
 	rr, err := RestoreLatest(ctx, s, 0, out, RestoreOptions{})
 	if err != nil || rr.Step != 1 || len(rr.Fallbacks) != 1 || !errors.Is(rr.Fallbacks[0].Err, ErrCorrupt) ||

@@ -232,18 +232,18 @@ func listSteps(ctx context.Context, s storage.Store, prefix string) ([]*stepGrou
 	var groups []*stepGroup
 	byKey := make(map[[2]int64]*stepGroup)
 	err := s.List(ctx, prefix, func(oi storage.ObjectInfo) error {
-		step, rank, n, rev, ok := parseManifestKey(oi.Key)
+		t, rev, ok := parseManifestKey(oi.Key)
 		if !ok {
 			return nil
 		}
-		g := byKey[[2]int64{step, int64(n)}]
+		g := byKey[[2]int64{t.Step, int64(t.WorldSize)}]
 		if g == nil {
-			g = &stepGroup{step: step, worldSize: n, keys: make(map[int]storage.ObjectInfo),
+			g = &stepGroup{step: t.Step, worldSize: t.WorldSize, keys: make(map[int]storage.ObjectInfo),
 				revisions: make(map[int]int), older: make(map[int][]revisionKey)}
-			byKey[[2]int64{step, int64(n)}] = g
+			byKey[[2]int64{t.Step, int64(t.WorldSize)}] = g
 			groups = append(groups, g)
 		}
-		g.add(rank, rev, oi)
+		g.add(t.Rank, rev, oi)
 		return nil
 	})
 	if err != nil {
@@ -496,7 +496,7 @@ func readManifest(ctx context.Context, s storage.Store, key string) (*Manifest, 
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: read manifest %s: %w", key, err)
 	}
-	if step, rank, n, rev, ok := parseManifestKey(key); !ok || m.Step != step || m.Rank != rank || m.WorldSize != n || m.Revision != rev {
+	if t, rev, ok := parseManifestKey(key); !ok || m.Step != t.Step || m.Rank != t.Rank || m.WorldSize != t.WorldSize || m.Revision != rev {
 		return nil, fmt.Errorf("checkpoint: read manifest %s: it says step %d rank %d of %d revision %d: %w", key, m.Step, m.Rank, m.WorldSize, m.Revision, ErrCorrupt)
 	}
 	return m, nil

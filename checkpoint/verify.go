@@ -157,7 +157,7 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 	for r := range rep.WorldSize {
 		oi, ok := keys[r]
 		if !ok {
-			problem(Problem{MissingManifest, manifestKey(step, r, rep.WorldSize, 0), fmt.Sprintf("rank %d of %d has no manifest", r, rep.WorldSize)})
+			problem(Problem{MissingManifest, manifestKey(Target{Step: step, Rank: r, WorldSize: rep.WorldSize}, 0), fmt.Sprintf("rank %d of %d has no manifest", r, rep.WorldSize)})
 			continue
 		}
 		key := oi.Key
