@@ -375,7 +375,11 @@ func Latest(ctx context.Context, s storage.Store, worldSize int) (int64, error) 
 // List's error. It reads the manifests only; ListChecked also checks the
 // chunks.
 func List(ctx context.Context, s storage.Store) ([]Snapshot, error) {
-	return list(ctx, s, false)
+	groups, err := readSteps(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	return describe(groups, nil), nil
 }
 
 // ListChecked is List that also lists every chunk in the store once and
@@ -384,10 +388,22 @@ func List(ctx context.Context, s storage.Store) ([]Snapshot, error) {
 // costs one listing of chunks/ more than List, and memory for each chunk's
 // size.
 func ListChecked(ctx context.Context, s storage.Store) ([]Snapshot, error) {
-	return list(ctx, s, true)
+	groups, err := readSteps(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	// The chunks are listed after the manifests: a manifest's chunks were
+	// stored before it was committed, so the listing finds each one that
+	// was not removed since.
+	stored, err := listChunks(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	return describe(groups, stored), nil
 }
 
-func list(ctx context.Context, s storage.Store, checkChunks bool) ([]Snapshot, error) {
+// readSteps lists every step and reads each rank's highest manifest.
+func readSteps(ctx context.Context, s storage.Store) ([]*stepGroup, error) {
 	groups, err := listSteps(ctx, s, snapshotsPrefix)
 	if err != nil {
 		return nil, err
@@ -395,12 +411,14 @@ func list(ctx context.Context, s storage.Store, checkChunks bool) ([]Snapshot, e
 	if err := readGroups(ctx, s, groups); err != nil {
 		return nil, fmt.Errorf("checkpoint: read manifests in %s: %w", s, err)
 	}
-	var stored chunkSizes
-	if checkChunks {
-		if stored, err = listChunks(ctx, s); err != nil {
-			return nil, err
-		}
-	}
+	return groups, nil
+}
+
+// describe is the Snapshot of each of groups, whose manifests readGroups
+// read; with stored (a listing of the chunks; nil: none) it counts each
+// step's chunks that are missing or of another size.
+func describe(groups []*stepGroup, stored chunkSizes) []Snapshot {
+	checkChunks := stored != nil
 	out := make([]Snapshot, 0, len(groups))
 	for _, g := range groups {
 		snap := Snapshot{Step: g.step, WorldSize: g.worldSize, ChunksChecked: checkChunks}
@@ -432,7 +450,7 @@ func list(ctx context.Context, s storage.Store, checkChunks bool) ([]Snapshot, e
 		}
 		out = append(out, snap)
 	}
-	return out, nil
+	return out
 }
 
 // chunkSizes maps each stored chunk's SHA-256 to its stored size.

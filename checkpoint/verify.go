@@ -192,7 +192,7 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 		g.Go(func() error {
 			buf := scratch.get()
 			defer scratch.put(buf)
-			p, read, err := checkChunk(gctx, s, sum, chunks[sum], opts.ReadData.Contains(sum), buf)
+			p, read, err := checkChunk(gctx, s, sum, chunks[sum], opts.ReadData, buf)
 			if err != nil {
 				return err
 			}
@@ -215,8 +215,9 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 	return rep, nil
 }
 
-// checkChunk Stats a chunk and, when read is set, downloads and hashes it.
-func checkChunk(ctx context.Context, s storage.Store, sum string, size int64, read bool, scratch []byte) (*Problem, bool, error) {
+// checkChunk Stats a chunk and, when it is in readData, downloads and
+// hashes it; read reports whether it did.
+func checkChunk(ctx context.Context, s storage.Store, sum string, size int64, readData Subset, scratch []byte) (p *Problem, read bool, err error) {
 	key := chunkKey(sum)
 	oi, err := s.Stat(ctx, key)
 	switch {
@@ -228,7 +229,7 @@ func checkChunk(ctx context.Context, s storage.Store, sum string, size int64, re
 		return &Problem{TruncatedChunk, key, fmt.Sprintf("%d bytes stored, manifest says %d", oi.Size, size)}, false, nil
 	case oi.SHA256 != "" && oi.SHA256 != sum:
 		return &Problem{CorruptChunk, key, "the store reports sha256 " + oi.SHA256}, false, nil
-	case !read:
+	case !readData.Contains(sum):
 		return nil, false, nil
 	}
 	err = fetchChunk(ctx, s, Chunk{SHA256: sum, Size: size}, nil, 0, scratch)
