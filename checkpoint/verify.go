@@ -146,28 +146,37 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 			rep.Revision = g.revision()
 		}
 	}
-	chunks := map[string]int64{} // sum -> size
-	var order []string
-	var mu sync.Mutex
-	problem := func(p Problem) {
-		mu.Lock()
-		rep.Problems = append(rep.Problems, p)
-		mu.Unlock()
+	chunks, order, err := verifyManifests(ctx, s, keys, rep)
+	if err != nil {
+		return nil, err
 	}
+	if err := verifyChunks(ctx, s, chunks, order, opts, rep); err != nil {
+		return nil, fmt.Errorf("checkpoint: verify step %d: %w", step, err)
+	}
+	slices.SortFunc(rep.Problems, func(a, b Problem) int { return strings.Compare(a.Key, b.Key) })
+	return rep, nil
+}
+
+// verifyManifests reads the manifest of each of rep's ranks (keys, by
+// rank) and reports the missing and bad ones in rep. It returns the size
+// of each distinct chunk they name, and the chunks in the order first
+// named.
+func verifyManifests(ctx context.Context, s storage.Store, keys map[int]storage.ObjectInfo, rep *VerifyReport) (chunks map[string]int64, order []string, err error) {
+	chunks = map[string]int64{} // sum -> size
 	for r := range rep.WorldSize {
 		oi, ok := keys[r]
 		if !ok {
-			problem(Problem{MissingManifest, manifestKey(Target{Step: step, Rank: r, WorldSize: rep.WorldSize}, 0), fmt.Sprintf("rank %d of %d has no manifest", r, rep.WorldSize)})
+			rep.Problems = append(rep.Problems, Problem{MissingManifest, manifestKey(Target{Step: rep.Step, Rank: r, WorldSize: rep.WorldSize}, 0), fmt.Sprintf("rank %d of %d has no manifest", r, rep.WorldSize)})
 			continue
 		}
 		key := oi.Key
 		m, err := readManifest(ctx, s, key)
 		switch {
 		case errors.Is(err, ErrCorrupt) || errors.Is(err, storage.ErrNotExist):
-			problem(Problem{BadManifest, key, err.Error()})
+			rep.Problems = append(rep.Problems, Problem{BadManifest, key, err.Error()})
 			continue
 		case err != nil:
-			return nil, err
+			return nil, nil, err
 		}
 		rep.Manifests++
 		for _, f := range m.Files {
@@ -180,7 +189,13 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 		}
 	}
 	rep.Chunks = len(order)
+	return chunks, order, nil
+}
 
+// verifyChunks checks the chunks in order (checkChunk), up to opts.Workers
+// at once, and reports what it found in rep.
+func verifyChunks(ctx context.Context, s storage.Store, chunks map[string]int64, order []string, opts VerifyOptions, rep *VerifyReport) error {
+	var mu sync.Mutex
 	workers := cmpOrInt(opts.Workers, DefaultDownloadWorkers)
 	scratch := newScratchPool(workers)
 	g, gctx := errgroup.WithContext(ctx)
@@ -196,23 +211,19 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 			if err != nil {
 				return err
 			}
+			mu.Lock()
+			defer mu.Unlock()
 			if p != nil {
-				problem(*p)
+				rep.Problems = append(rep.Problems, *p)
 			}
 			if read {
-				mu.Lock()
 				rep.ChunksRead++
 				rep.BytesRead += chunks[sum]
-				mu.Unlock()
 			}
 			return nil
 		})
 	}
-	if err := waitCause(ctx, gctx, g); err != nil {
-		return nil, fmt.Errorf("checkpoint: verify step %d: %w", step, err)
-	}
-	slices.SortFunc(rep.Problems, func(a, b Problem) int { return strings.Compare(a.Key, b.Key) })
-	return rep, nil
+	return waitCause(ctx, gctx, g)
 }
 
 // checkChunk Stats a chunk and, when it is in readData, downloads and
