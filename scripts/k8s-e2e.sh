@@ -18,7 +18,11 @@
 # The node advertises a fake extended resource, example.com/gpu, patched
 # into its status through the API, so a GPU is what pods compete for.
 # MinIO listens on the bridge's gateway address, which pods and this
-# machine both reach.
+# machine both reach; pods reach the API server at the kubernetes Service
+# (10.96.0.1:443) through one DNAT rule to 127.0.0.1 (there is no
+# kube-proxy). Preempted pods are deleted once they have ended, so every
+# pod change is recorded from a watch and every container log file is
+# hard-linked as soon as it appears.
 #
 # The manifests are used as shipped (priorityclasses.yaml, rbac.yaml,
 # secret.example.yaml and the three Jobs) after an overlay that changes
@@ -41,7 +45,9 @@
 #   a   job.yaml: a higher-priority pod preempts the trainer; lifeboat
 #       commits the SIGTERM save and exits 143; the Job counts no failure;
 #       the replacement stays Pending while the GPU is taken, then resumes
-#       from exactly the committed step; the Job completes
+#       from exactly the committed step; the Job completes; lifeboat's own
+#       Events and checkpoint annotation are on the pods; the ServiceAccount
+#       may do exactly what rbac.yaml grants, also from a pod
 #   d   job.yaml with LIFEBOAT_WORKERS=-5: lifeboat exits 2 and the Job
 #       fails at once (podFailurePolicy FailJob), with no retry
 #   e   job.yaml with a 15 s grace and a trainer whose SIGTERM save never
@@ -57,13 +63,15 @@
 #
 # Everything started is stopped on exit, also on failure: pods, the
 # components, containerd's tasks and shims, mounts, cgroups, the bridge,
-# the kubelet's iptables chains and the sysctls the kubelet changes. On a
+# the kubelet's iptables chains, the DNAT rule, containerd's CNI cache and
+# the sysctls the kubelet and the bridge plugin change. On a
 # failure the pods, events and the components' log tails are printed.
 # LIFEBOAT_K8S_REUSE_IMAGES=1 uses lifeboat:dev and lifeboat-e2e-trainer:dev
 # as they are (scripts/test.sh has just built them); otherwise
 # scripts/docker-build.sh builds lifeboat:dev and the trainer image is
 # rebuilt from it. LIFEBOAT_K8S_KEEP=1 leaves the temporary directory.
-# The last line is `k8s-e2e: N passed, N failed`.
+# The last line is `k8s-e2e: N passed, N failed`. The scenario `bench`
+# (bench/k8s.sh) is not a test: it times one preemption, step by step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
