@@ -226,14 +226,29 @@ func findStep(ctx context.Context, s storage.Store, step int64, worldSize int) (
 	if err != nil {
 		return nil, err
 	}
-	groups = slices.DeleteFunc(groups, func(g *stepGroup) bool { return worldSize != 0 && g.worldSize != worldSize })
-	switch len(groups) {
-	case 0:
-		return nil, fmt.Errorf("checkpoint: no manifest for step %d in %s: %w", step, s, storage.ErrNotExist)
-	case 1:
-		return groups[0], nil
+	return oneGroup(groups, worldSize, fmt.Sprintf("step %d", step), s)
+}
+
+// oneGroup picks, among the groups of one step, the one of worldSize, or
+// the only one when worldSize is 0; what names the step (and rank) for the
+// error: storage.ErrNotExist when there is none, a request to name the
+// world size when there are several.
+func oneGroup(groups []*stepGroup, worldSize int, what string, s storage.Store) (*stepGroup, error) {
+	var found *stepGroup
+	n := 0
+	for _, g := range groups {
+		if worldSize == 0 || g.worldSize == worldSize {
+			found = g
+			n++
+		}
 	}
-	return nil, fmt.Errorf("checkpoint: step %d has manifests for several world sizes in %s; name the world size", step, s)
+	switch n {
+	case 0:
+		return nil, fmt.Errorf("checkpoint: no manifest for %s in %s: %w", what, s, storage.ErrNotExist)
+	case 1:
+		return found, nil
+	}
+	return nil, fmt.Errorf("checkpoint: %s has manifests for several world sizes in %s; name the world size", what, s)
 }
 
 // firstErr is the read error of the lowest rank whose manifest could not
@@ -353,13 +368,11 @@ func findManifest(ctx context.Context, s storage.Store, t Target) (string, error
 	if err != nil {
 		return "", err
 	}
-	switch len(groups) {
-	case 0:
-		return "", fmt.Errorf("checkpoint: no manifest for step %d rank %d in %s: %w", step, rank, s, storage.ErrNotExist)
-	case 1:
-		return groups[0].keys[rank].Key, nil
+	g, err := oneGroup(groups, t.WorldSize, fmt.Sprintf("step %d rank %d", step, rank), s)
+	if err != nil {
+		return "", err
 	}
-	return "", fmt.Errorf("checkpoint: step %d rank %d has manifests for several world sizes in %s; name the world size", step, rank, s)
+	return g.keys[rank].Key, nil
 }
 
 // ErrTooBig marks a snapshot that does not fit where it is restored: the

@@ -130,14 +130,11 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 	}
 	rep := &VerifyReport{Step: step, WorldSize: opts.WorldSize, ReadData: opts.ReadData}
 	if rep.WorldSize == 0 {
-		switch len(groups) {
-		case 0:
-			return nil, fmt.Errorf("checkpoint: verify step %d: no manifest in %s: %w", step, s, storage.ErrNotExist)
-		case 1:
-			rep.WorldSize = groups[0].worldSize
-		default:
-			return nil, fmt.Errorf("checkpoint: verify step %d: manifests for several world sizes in %s; name the world size", step, s)
+		g, err := oneGroup(groups, 0, fmt.Sprintf("step %d", step), s)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: verify: %w", err)
 		}
+		rep.WorldSize = g.worldSize
 	}
 	keys := map[int]storage.ObjectInfo{}
 	for _, g := range groups {
