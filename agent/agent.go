@@ -220,7 +220,7 @@ func (a *Agent) Run(ctx context.Context) {
 			if inflight != nil {
 				continue
 			}
-			r, older, ok := a.pick(false)
+			r, older, ok := a.pick(background)
 			if ok {
 				inflight = a.start(ctx, r, older)
 			} else {
@@ -239,12 +239,25 @@ func (a *Agent) backoff(fails int) time.Duration {
 	return min(d, time.Minute)
 }
 
+// pass says which upload a scan or an upload is for.
+type pass int
+
+const (
+	// background: the loop's, while the trainer runs; a checkpoint must
+	// have settled, and a commit is followed by a prune.
+	background pass = iota
+	// final: the flush's, after the trainer exited, on the grace period's
+	// budget; nothing waits to settle, nothing is pruned and the store's
+	// chunks are not listed again (checkpoint.Uploader.FinalUploadFiles).
+	final
+)
+
 // pick scans and returns the newest complete checkpoint to upload and the
 // older complete ones it supersedes once committed. A restored checkpoint
 // and an interrupted save are marked done: neither is returned again
 // until its content changes.
-func (a *Agent) pick(final bool) (newest watch.Ready, older []watch.Ready, ok bool) {
-	ready, err := a.cfg.Watcher.Scan(final)
+func (a *Agent) pick(p pass) (newest watch.Ready, older []watch.Ready, ok bool) {
+	ready, err := a.cfg.Watcher.Scan(p == final)
 	if err != nil {
 		a.cfg.Log.Warn("checkpoint.scan_failed", "err", err)
 		return watch.Ready{}, nil, false
@@ -342,20 +355,18 @@ func (a *Agent) start(ctx context.Context, r watch.Ready, older []watch.Ready) *
 				j.done <- fmt.Errorf("upload of step %d panicked: %v", r.Step, p)
 			}
 		}()
-		j.done <- a.upload(ctx, r, true)
+		j.done <- a.upload(ctx, r, background)
 	}()
 	return j
 }
 
-// upload stores r and records what it moved; with prune, it then prunes
-// the store. Without prune it is the final flush, where the budget is the
-// grace period's: it neither prunes nor lists the store's chunks again
-// (checkpoint.Uploader.FinalUploadFiles).
-func (a *Agent) upload(ctx context.Context, r watch.Ready, prune bool) error {
+// upload stores r and records what it moved; in the background pass it
+// then prunes the store.
+func (a *Agent) upload(ctx context.Context, r watch.Ready, p pass) error {
 	a.cfg.Log.Info("checkpoint.upload_started", "id", r.ID, "step", r.Step, "files", len(r.Files), "bytes", r.Bytes())
 	t0 := a.cfg.Clock()
 	up := a.cfg.Uploader.UploadFiles
-	if !prune {
+	if p == final {
 		up = a.cfg.Uploader.FinalUploadFiles
 	}
 	res, err := up(ctx, a.cfg.Dir, relPaths(r), checkpoint.Target{Step: r.Step, Rank: a.cfg.Rank, WorldSize: a.cfg.WorldSize, Counter: r.Counter})
@@ -378,8 +389,8 @@ func (a *Agent) upload(ctx context.Context, r watch.Ready, prune bool) error {
 	a.cfg.Log.Info("checkpoint.committed", "id", r.ID, "step", r.Step, "rank", a.cfg.Rank, "files", res.Files, "bytes", res.Bytes,
 		"reused_files", res.ReusedFiles, "uploaded_bytes", res.UploadedBytes, "deduped_bytes", res.DedupedBytes, "seconds", el.Seconds(),
 		"already_committed", res.AlreadyCommitted, "manifest", res.Key)
-	a.emit(Event{Kind: EventCommitted, Step: r.Step, Bytes: res.Bytes, Seconds: el.Seconds(), Saved: r.LastChange(), Final: !prune})
-	if prune && a.cfg.Keep > 0 && a.cfg.Rank == 0 {
+	a.emit(Event{Kind: EventCommitted, Step: r.Step, Bytes: res.Bytes, Seconds: el.Seconds(), Saved: r.LastChange(), Final: p == final})
+	if p == background && a.cfg.Keep > 0 && a.cfg.Rank == 0 {
 		pr, err := checkpoint.Prune(ctx, a.cfg.Uploader.Store, checkpoint.PruneOptions{
 			Keep: a.cfg.Keep, SafetyWindow: a.cfg.Uploader.SafetyWindow, Log: a.cfg.Log})
 		if err != nil {
@@ -472,7 +483,7 @@ func (a *Agent) request(ctx context.Context, keep bool) error {
 // read is read again.
 func (a *Agent) flush(ctx context.Context, inflight *job) error {
 	t0 := a.cfg.Clock()
-	r, older, ok := a.pick(true)
+	r, older, ok := a.pick(final)
 	if inflight != nil {
 		if ok && (r.ID != inflight.r.ID || r.Fingerprint != inflight.r.Fingerprint) {
 			a.cfg.Log.Info("checkpoint.flush_cancels_stale", "in_flight", inflight.r.Step, "newest", r.Step)
@@ -494,11 +505,11 @@ func (a *Agent) flush(ctx context.Context, inflight *job) error {
 			if !errors.Is(err, checkpoint.ErrInterrupted) {
 				return fmt.Errorf("final upload of step %d: %w", inflight.r.Step, err)
 			}
-			r, older, ok = a.pick(true)
+			r, older, ok = a.pick(final)
 		}
 	}
 	for changed := 0; ok; {
-		err := a.upload(ctx, r, false)
+		err := a.upload(ctx, r, final)
 		a.finished(r, older, err)
 		if err == nil {
 			a.logFlush(t0, r)
@@ -511,7 +522,7 @@ func (a *Agent) flush(ctx context.Context, inflight *job) error {
 		if !again || ctx.Err() != nil {
 			return fmt.Errorf("final upload of step %d: %w", r.Step, err)
 		}
-		r, older, ok = a.pick(true)
+		r, older, ok = a.pick(final)
 	}
 	a.cfg.Log.Info("checkpoint.flush_nothing_new", "last_step", a.Stats().LastStep)
 	return nil
