@@ -7,12 +7,18 @@ import (
 	"io"
 	"log/slog"
 	"os"
+
+	"github.com/lifeboat-project/lifeboat/supervisor"
 )
 
 // commonOptions are the logging flags every subcommand has.
 type commonOptions struct {
 	logLevel  string
 	logFormat string
+
+	// Set by setup: the command's logger and where it prints.
+	log            *slog.Logger
+	stdout, stderr io.Writer
 }
 
 func (o *commonOptions) register(fs *flag.FlagSet) {
@@ -46,22 +52,90 @@ func parseCmd(fs *flag.FlagSet, args []string, stderr io.Writer) int {
 	return 2
 }
 
-// checkCmd prints err, a bad flag or environment value found before
-// anything started, as one line, and returns 2; -1 when err is nil.
-func checkCmd(name string, err error, stderr io.Writer) int {
-	if err == nil {
-		return -1
+// setup is every command's start-up after its flag set is built: parse
+// args (flag > env > default), validate (bad values are one line and exit
+// 2; an argsError also prints the usage) and build the logger into c. It
+// returns the exit code when the command ends here (help: 0, bad usage:
+// 2), or -1 to go on to the command's runX.
+func setup(fs *flag.FlagSet, args []string, c *commonOptions, stdout, stderr io.Writer, validate func() error) int {
+	if code := parseCmd(fs, args, stderr); code >= 0 {
+		return code
 	}
-	fmt.Fprintf(stderr, "lifeboat %s: %v\n", name, err)
-	return 2
+	if err := validate(); err != nil {
+		fmt.Fprintf(stderr, "lifeboat %s: %v\n", fs.Name(), err)
+		var ae argsError
+		if errors.As(err, &ae) {
+			fs.Usage()
+		}
+		return 2
+	}
+	log, err := newLogger(stderr, c.logLevel, c.logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "lifeboat %s: %v\n", fs.Name(), err)
+		return 2
+	}
+	c.log, c.stdout, c.stderr = log, stdout, stderr
+	return -1
 }
 
-// logger builds the subcommand's logger, or prints why it cannot.
-func (o *commonOptions) logger(name string, stderr io.Writer) (*slog.Logger, bool) {
-	log, err := newLogger(stderr, o.logLevel, o.logFormat)
-	if err != nil {
-		fmt.Fprintf(stderr, "lifeboat %s: %v\n", name, err)
-		return nil, false
+// usageError is a bad flag value: exit 2 rather than the command's
+// runtime failure.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// argsError is a missing or extra argument: exit 2, with the usage.
+type argsError struct{ error }
+
+func (e argsError) Unwrap() error { return e.error }
+
+// codeError ends a command with a given code; err, when set, is printed.
+// It carries the codes that are not failures of the command's work (a
+// stop during start-up, 143) and the documented ones that are (75, 1 for
+// verify's problems).
+type codeError struct {
+	code int
+	err  error
+}
+
+func (e *codeError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit code %d", e.code)
 	}
-	return log, true
+	return e.err.Error()
+}
+
+func (e *codeError) Unwrap() error { return e.err }
+
+// exitCode is the one place a command's result becomes the process exit
+// code: nil is 0; a usageError or argsError 2; a *codeError its code; a
+// *supervisor.ExitError (run) its code, printing a spawn failure as one
+// line; anything else is the command's runtime failure (125 for run and
+// sidecar, 1 for the one-shot commands). What is printed is one line,
+// "lifeboat NAME: error".
+func exitCode(name string, err error, runtime int, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	var ce *codeError
+	if errors.As(err, &ce) {
+		if ce.err != nil {
+			fmt.Fprintf(stderr, "lifeboat %s: %v\n", name, ce.err)
+		}
+		return ce.code
+	}
+	var ee *supervisor.ExitError
+	if errors.As(err, &ee) {
+		if !ee.Started {
+			fmt.Fprintln(stderr, ee.Err)
+		}
+		return ee.ExitCode()
+	}
+	fmt.Fprintf(stderr, "lifeboat %s: %v\n", name, err)
+	var ue usageError
+	var ae argsError
+	if errors.As(err, &ue) || errors.As(err, &ae) {
+		return 2
+	}
+	return runtime
 }

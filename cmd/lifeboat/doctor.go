@@ -81,17 +81,20 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Var(&o.memory.oomScore, "trainer-oom-score-adj", "as lifeboat run's: the trainer's oom_score_adj (0..1000) where its memory cgroup cannot be made")
 	fs.BoolVar(&o.json, "json", false, "print JSON")
 	fs.Usage = flagUsage(fs, stderr, "lifeboat doctor [--store URL] [--json]")
-	if code := parseCmd(fs, args, stderr); code >= 0 {
+	check := func() error {
+		o.memory.reserve = o.reserve
+		return firstErr(o.validate(), o.gpu.validate(true), o.memory.validate())
+	}
+	if code := setup(fs, args, &o.common, stdout, stderr, check); code >= 0 {
 		return code
 	}
-	o.memory.reserve = o.reserve
-	if code := checkCmd("doctor", firstErr(o.validate(), o.gpu.validate(true), o.memory.validate()), stderr); code >= 0 {
-		return code
-	}
-	log, ok := o.common.logger("doctor", stderr)
-	if !ok {
-		return 2
-	}
+	return exitCode("doctor", runDoctor(ctx, o), 1, stderr)
+}
+
+// runDoctor reports what lifeboat run would find here; a failed check
+// makes it exit 1 after the report.
+func runDoctor(ctx context.Context, o *doctorOptions) error {
+	log, stdout := o.common.log, o.common.stdout
 	rep := doctorReport{Version: version, Flavour: flavour(), PID1: os.Getpid() == 1}
 	gp, gpuErr := o.gpu.plan(os.Environ(), slog.New(slog.DiscardHandler))
 	if gpuErr != nil {
@@ -101,13 +104,11 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	rep.GPU = gp
 	reserve, err := parseBytes(o.reserve)
 	if err != nil || reserve < 0 {
-		fmt.Fprintf(stderr, "lifeboat doctor: --memory-reserve (LIFEBOAT_MEMORY_RESERVE) is %q; give a size such as 64MiB\n", o.reserve)
-		return 2
+		return usageError{fmt.Errorf("--memory-reserve (LIFEBOAT_MEMORY_RESERVE) is %q; give a size such as 64MiB", o.reserve)}
 	}
 	m, err := memory.New(memory.Config{Reserve: reserve, Log: log})
 	if err != nil {
-		fmt.Fprintf(stderr, "lifeboat doctor: --memory-reserve (LIFEBOAT_MEMORY_RESERVE): %v\n", err)
-		return 2
+		return usageError{fmt.Errorf("--memory-reserve (LIFEBOAT_MEMORY_RESERVE): %v", err)}
 	}
 	rep.Memory = m.Plan()
 	rep.Protections = o.protections(gp, gpuErr, rep.Memory, rep.PID1)
@@ -134,17 +135,18 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			}
 		}
 	}
-	code := 0
+	// A failed check is in the report; the exit code says so.
+	var failed error
 	if rep.Failed {
-		code = 1
+		failed = &codeError{code: 1}
 	}
 	if o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
-			return exitOnErr(err, "doctor", stderr)
+			return err
 		}
-		return code
+		return failed
 	}
 	w := &strings.Builder{}
 	fmt.Fprintf(w, "lifeboat %s, %s flavour (PID 1: %v)\n\nGPUs\n", rep.Version, rep.Flavour, rep.PID1)
@@ -186,7 +188,7 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	}
 	fmt.Fprint(stdout, w.String())
-	return code
+	return failed
 }
 
 // protections says, for each protection lifeboat run would give with these

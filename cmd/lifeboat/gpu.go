@@ -188,11 +188,6 @@ func (o *gpuOptions) plan(env []string, log *slog.Logger) (*gpuPlan, error) {
 	return p, nil
 }
 
-// usageError is a bad flag value: exit 2 rather than 125.
-type usageError struct{ error }
-
-func (e usageError) Unwrap() error { return e.error }
-
 // watchdogState says whether the GPU memory watchdog can run for p, and
 // why not.
 func watchdogState(p *gpuPlan) (runs bool, why string) {

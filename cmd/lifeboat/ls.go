@@ -71,16 +71,18 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"--check missing-chunks or wrong-size-chunks; a restore skips every state but complete.\n"+
 		"WHY says why a step is not complete. ls reads the manifests only; --check also lists\n"+
 		"every chunk once (lifeboat verify reads their content).")
-	if code := parseCmd(fs, args, stderr); code >= 0 {
+	if code := setup(fs, args, &o.common, stdout, stderr, o.validate); code >= 0 {
 		return code
 	}
-	if code := checkCmd("ls", o.validate(), stderr); code >= 0 {
-		return code
-	}
+	return exitCode("ls", runLs(ctx, o), 1, stderr)
+}
+
+// runLs lists the store's checkpoints, as a table or JSON.
+func runLs(ctx context.Context, o *lsOptions) error {
+	stdout := o.common.stdout
 	s, err := o.store.open(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "lifeboat ls: %v\n", err)
-		return 1
+		return err
 	}
 	list := checkpoint.List
 	if o.check {
@@ -88,8 +90,7 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	snaps, err := list(ctx, s)
 	if err != nil {
-		fmt.Fprintf(stderr, "lifeboat ls: %v\n", err)
-		return 1
+		return err
 	}
 	entries := make([]lsEntry, 0, len(snaps))
 	for _, sn := range snaps {
@@ -108,11 +109,7 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(entries); err != nil {
-			fmt.Fprintf(stderr, "lifeboat ls: %v\n", err)
-			return 1
-		}
-		return 0
+		return enc.Encode(entries)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STEP\tREV\tKIND\tCREATED\tRANKS\tBYTES\tSTATE\tID\tWHY")
@@ -132,7 +129,7 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%s\n", e.Step, e.Revision, kind, e.Created.UTC().Format(time.RFC3339), len(e.Ranks), e.WorldSize, e.Bytes, state, id, why)
 	}
-	return exitOnErr(tw.Flush(), "ls", stderr)
+	return tw.Flush()
 }
 
 // state is the STATE column: the first thing found that keeps the step
@@ -149,12 +146,4 @@ func (e lsEntry) state() string {
 		return "wrong-size-chunks"
 	}
 	return "complete"
-}
-
-func exitOnErr(err error, name string, stderr io.Writer) int {
-	if err != nil {
-		fmt.Fprintf(stderr, "lifeboat %s: %v\n", name, err)
-		return 1
-	}
-	return 0
 }

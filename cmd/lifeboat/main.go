@@ -3,8 +3,12 @@
 // storage and back.
 //
 // Each subcommand lives in its own file with an options struct, its flag set
-// and a runX(ctx, opts) function. Flags and environment are read here and
-// nowhere else (flag > env > default).
+// and a runX(ctx, opts) error function. Its xCmd builds the flag set, hands
+// it to setup (common.go: parse, flag > env > default; validate, exit 2;
+// the logger), calls runX, and exitCode turns runX's error into the exit
+// code (2 for a bad value, the command's documented code, else its runtime
+// failure: 125 for run and sidecar, 1 for the others). Flags and
+// environment are read here and nowhere else.
 package main
 
 import (
@@ -40,9 +44,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "run":
-		return runCmd(ctx, args[1:], stderr)
+		return runCmd(ctx, args[1:], stdout, stderr)
 	case "sidecar":
-		return sidecarCmd(ctx, args[1:], stderr)
+		return sidecarCmd(ctx, args[1:], stdout, stderr)
 	case "restore":
 		return restoreCmd(ctx, args[1:], stdout, stderr)
 	case "ls":

@@ -207,16 +207,6 @@ func (p *pipeline) reaped(pid int, ws unix.WaitStatus, at time.Time) {
 	p.agent.Died(agent.Death{Pid: pid, How: how, At: at})
 }
 
-// pipelineExitCode is the exit code for a pipeline that could not be
-// built: 2 for a bad flag value, otherwise runtime.
-func pipelineExitCode(err error, runtime int) int {
-	var ue usageError
-	if errors.As(err, &ue) {
-		return 2
-	}
-	return runtime
-}
-
 // newPipeline opens the store, restores (unless told not to) and builds the
 // agent; it does not start it.
 func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, ro rankOptions, log *slog.Logger, progressTo io.Writer) (*pipeline, error) {

@@ -53,24 +53,18 @@ func pruneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		"delete an unreferenced chunk, an incomplete step or a superseded revision only when older than this; below 6h only while nothing uploads")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "say what would be deleted, delete nothing")
 	fs.Usage = flagUsage(fs, stderr, pruneHelp)
-	if code := parseCmd(fs, args, stderr); code >= 0 {
+	if code := setup(fs, args, &o.common, stdout, stderr, o.validate); code >= 0 {
 		return code
 	}
-	if code := checkCmd("prune", o.validate(), stderr); code >= 0 {
-		return code
-	}
-	if o.keep < 1 {
-		fmt.Fprintf(stderr, "lifeboat prune: --keep (LIFEBOAT_KEEP) is %d; keep at least 1\n", o.keep)
-		return 2
-	}
-	log, ok := o.common.logger("prune", stderr)
-	if !ok {
-		return 2
-	}
+	return exitCode("prune", runPrune(ctx, o), 1, stderr)
+}
+
+// runPrune deletes what --keep and --min-chunk-age allow, and says what.
+func runPrune(ctx context.Context, o *pruneOptions) error {
+	log, stdout := o.common.log, o.common.stdout
 	s, err := o.store.open(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "lifeboat prune: %v\n", err)
-		return 1
+		return err
 	}
 	if o.minChunkAge < checkpoint.DefaultSafetyWindow {
 		log.Warn("prune.short_chunk_age", "min_chunk_age", o.minChunkAge.String(), "uploaders_window", checkpoint.DefaultSafetyWindow.String(),
@@ -78,8 +72,7 @@ func pruneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	res, err := checkpoint.Prune(ctx, s, checkpoint.PruneOptions{Keep: o.keep, SafetyWindow: o.minChunkAge, DryRun: o.dryRun, Log: log})
 	if err != nil {
-		fmt.Fprintf(stderr, "lifeboat prune: %v\n", err)
-		return 1
+		return err
 	}
 	verb := "deleted"
 	if o.dryRun {
@@ -93,5 +86,5 @@ func pruneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if len(res.Unrestorable) > 0 {
 		fmt.Fprintf(stdout, "steps %v cannot be restored (lifeboat ls --check says why); they count toward no --keep and are kept while newer than a kept step\n", res.Unrestorable)
 	}
-	return 0
+	return nil
 }

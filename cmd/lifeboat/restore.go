@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -25,6 +26,8 @@ type restoreOptions struct {
 	workers      int
 	interval     time.Duration
 	kube         kubeOptions
+
+	all bool // --restore-ranks all, set by the checks
 }
 
 func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -43,32 +46,33 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		"Restores the newest complete checkpoint into DIR, falling back past any that cannot be\n"+
 		"restored, or exactly step N with --step. Either way it writes DIR/"+resume.FileName+"\n"+
 		"(dir, step, id, files), which lifeboat run --restore never hands the trainer.")
-	if code := parseCmd(fs, args, stderr); code >= 0 {
+	check := func() error {
+		if err := o.validate(); err != nil {
+			return err
+		}
+		if o.dir == "" {
+			return errors.New("--dir (LIFEBOAT_DIR) is required: the directory to restore into")
+		}
+		if err := o.ranks.resolve(os.Getenv); err != nil {
+			return err
+		}
+		var err error
+		o.all, err = allRanks(o.restoreRanks)
+		return err
+	}
+	if code := setup(fs, args, &o.common, stdout, stderr, check); code >= 0 {
 		return code
 	}
-	if code := checkCmd("restore", o.validate(), stderr); code >= 0 {
-		return code
-	}
-	log, ok := o.common.logger("restore", stderr)
-	if !ok {
-		return 2
-	}
-	if o.dir == "" {
-		fmt.Fprintln(stderr, "lifeboat restore: --dir (LIFEBOAT_DIR) is required: the directory to restore into")
-		return 2
-	}
-	if err := o.ranks.resolve(os.Getenv); err != nil {
-		fmt.Fprintf(stderr, "lifeboat restore: %v\n", err)
-		return 2
-	}
-	all, err := allRanks(o.restoreRanks)
-	if err != nil {
-		fmt.Fprintf(stderr, "lifeboat restore: %v\n", err)
-		return 2
-	}
+	return exitCode("restore", runRestore(ctx, o), 1, stderr)
+}
+
+// runRestore restores into o.dir: exactly o.step, or the newest complete
+// step it can, falling back past those it cannot. A stop signal during it
+// ends it with the preemption code and removes what it wrote.
+func runRestore(ctx context.Context, o *restoreOptions) error {
+	log, stdout, all := o.common.log, o.common.stdout, o.all
 	if err := os.MkdirAll(o.dir, 0o755); err != nil {
-		fmt.Fprintf(stderr, "lifeboat restore: create --dir %s: %v\n", o.dir, err)
-		return 1
+		return fmt.Errorf("create --dir %s: %v", o.dir, err)
 	}
 	if removed, err := checkpoint.RemoveStaleRestores(o.dir); len(removed) > 0 || err != nil {
 		log.Info("resume.stale_removed", "dir", o.dir, "entries", removed, "err", err,
@@ -76,51 +80,52 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	ctx, started := startup.during(ctx, nil)
 	defer started()
-	stopped := func(phase string, err error) (int, bool) {
-		return stoppedDuringStartup(startup, phase, err, log, kubeTerminationLog, false, supervisor.DefaultPreemptExitCode)
+	// stopped is the result for a stop signal during phase, nil if none.
+	stopped := func(phase string, err error) error {
+		if code, ok := stoppedDuringStartup(startup, phase, err, log, kubeTerminationLog, false, supervisor.DefaultPreemptExitCode); ok {
+			return &codeError{code: code}
+		}
+		return nil
 	}
 	s, err := o.store.open(ctx)
-	if code, ok := stopped("store open", err); ok {
-		return code
+	if serr := stopped("store open", err); serr != nil {
+		return serr
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "lifeboat restore: %v\n", err)
-		return 1
+		return err
 	}
 	t0 := time.Now()
 	if o.step >= 0 {
-		pr := newProgress(stderr, log, o.interval)
+		pr := newProgress(o.common.stderr, log, o.interval)
 		ws := o.ranks.worldSize
 		if all {
 			ws = 0 // the step's own world size
 		}
 		res, err := checkpoint.Restore(ctx, s, o.step, o.ranks.rank, o.dir, checkpoint.RestoreOptions{WorldSize: ws, Workers: o.workers, Log: log, Progress: pr.update, AllRanks: all})
 		pr.stop()
-		if code, ok := stopped("restore", err); ok {
-			return code
+		if serr := stopped("restore", err); serr != nil {
+			return serr
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "lifeboat restore: step %d: %v\n", o.step, err)
-			return 1
+			return fmt.Errorf("step %d: %w", o.step, err)
 		}
 		writeResumeFile(o.dir, resume.Restored(o.dir, res, all), log)
 		fmt.Fprintf(stdout, "restored step %d (%d files, %d bytes) into %s\n", res.Step, res.Files, res.Bytes, res.Dir)
 		o.kube.restored(ctx, log, res.Step, time.Since(t0).Seconds())
-		return 0
+		return nil
 	}
-	r, err := restoreLatestEvery(ctx, s, o.dir, o.ranks, o.workers, all, log, stderr, o.interval)
-	if code, ok := stopped("restore", err); ok {
-		return code
+	r, err := restoreLatestEvery(ctx, s, o.dir, o.ranks, o.workers, all, log, o.common.stderr, o.interval)
+	if serr := stopped("restore", err); serr != nil {
+		return serr
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "lifeboat restore: %v\n", err)
-		return 1
+		return err
 	}
 	if r == nil {
 		fmt.Fprintf(stdout, "no complete checkpoint in %s: the trainer starts fresh\n", s)
-		return 0
+		return nil
 	}
 	fmt.Fprintf(stdout, "restored step %s (id %s) into %s\n", strconv.FormatInt(r.Step, 10), r.ID, r.Dir)
 	o.kube.restored(ctx, log, r.Step, time.Since(t0).Seconds())
-	return 0
+	return nil
 }

@@ -39,6 +39,8 @@ type runOptions struct {
 	gpu        gpuOptions
 	coord      coordOptions
 	kube       kubeOptions
+
+	cfg supervisor.Config // built from the flags by check
 }
 
 func newRunFlags(o *runOptions, w io.Writer) *flag.FlagSet {
@@ -113,30 +115,46 @@ func (o *runOptions) config() (supervisor.Config, error) {
 }
 
 // runCmd parses `lifeboat run` and supervises the command.
-func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
+func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o := &runOptions{}
 	fs := newRunFlags(o, stderr)
-	if code := parseCmd(fs, args, stderr); code >= 0 {
+	if code := setup(fs, args, &o.common, stdout, stderr, func() error { return o.check(fs) }); code >= 0 {
 		return code
 	}
-	if code := checkCmd("run", o.validate(), stderr); code >= 0 {
-		return code
+	return exitCode("run", runRun(ctx, o), supervisor.CodeInternal, stderr)
+}
+
+// check validates the parsed flags, takes the command from fs's arguments
+// and builds the supervisor's configuration into o.cfg.
+func (o *runOptions) check(fs *flag.FlagSet) error {
+	if err := o.validate(); err != nil {
+		return err
 	}
 	o.argv = fs.Args()
 	if len(o.argv) == 0 {
-		fmt.Fprintln(stderr, "lifeboat run: no command given: put it after --, as in `lifeboat run -- python train.py`")
-		fs.Usage()
-		return 2
+		return argsError{errors.New("no command given: put it after --, as in `lifeboat run -- python train.py`")}
 	}
 	cfg, err := o.config()
 	if err != nil {
-		fmt.Fprintf(stderr, "lifeboat run: %v\n", err)
-		return 2
+		return err
 	}
-	log, ok := o.common.logger("run", stderr)
-	if !ok {
-		return 2
+	o.cfg = cfg
+	if o.store.url == "" {
+		dirFlag := false
+		fs.Visit(func(f *flag.Flag) { dirFlag = dirFlag || f.Name == "dir" })
+		if o.checkpoint.dir != "" && dirFlag {
+			return errors.New("--dir is set but --store is not: set --store (LIFEBOAT_STORE) to s3://bucket/prefix or file:///abs/path, or drop --dir")
+		}
+		return nil
 	}
+	return o.ranks.resolve(os.Getenv)
+}
+
+// runRun starts what the flags ask for: the checkpoint pipeline (store
+// open and restore) when --store is set, then the supervision. A stop
+// signal before the trainer starts ends it with the preemption code.
+func runRun(ctx context.Context, o *runOptions) error {
+	cfg, log := o.cfg, o.common.log
 	signals.ExplainURG(log)
 	cfg.Log = log
 	preemptCode := cfg.PreemptExitCode
@@ -146,46 +164,35 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	ctx, started := startup.during(ctx, cfg.StopSignals)
 	defer started()
 	if code, stopped := stoppedDuringStartup(startup, "start", nil, log, cfg.TerminationLog, cfg.TerminationLogCreate, preemptCode); stopped {
-		return code
+		return &codeError{code: code}
 	}
 	if err := supervisor.ClearInheritedSignalMask(); err != nil {
 		log.Warn("supervisor.signal_mask", "err", err, "effect", "the trainer inherits lifeboat's blocked signals")
 	}
 	if o.store.url == "" {
-		dirFlag := false
-		fs.Visit(func(f *flag.Flag) { dirFlag = dirFlag || f.Name == "dir" })
-		switch {
-		case o.checkpoint.dir != "" && dirFlag:
-			fmt.Fprintln(stderr, "lifeboat run: --dir is set but --store is not: set --store (LIFEBOAT_STORE) to s3://bucket/prefix or file:///abs/path, or drop --dir")
-			return 2
-		case o.checkpoint.dir != "":
+		if o.checkpoint.dir != "" {
 			// An image's default LIFEBOAT_DIR, run without a store (docker
 			// run on a laptop): the trainer still gets its directory.
 			log.Warn("checkpoint.no_store", "dir", o.checkpoint.dir,
 				"effect", "checkpoints stay local; set LIFEBOAT_STORE (--store) to upload and resume them")
 		}
-		return exitCode(runRun(ctx, cfg, nil, o), stderr)
+		return supervise(ctx, cfg, nil, o)
 	}
-	if err := o.ranks.resolve(os.Getenv); err != nil {
-		fmt.Fprintf(stderr, "lifeboat run: %v\n", err)
-		return 2
-	}
-	p, err := newPipeline(ctx, &o.store, &o.checkpoint, o.ranks, log, stderr)
+	p, err := newPipeline(ctx, &o.store, &o.checkpoint, o.ranks, log, o.common.stderr)
 	if code, stopped := stoppedDuringStartup(startup, "store open and restore", err, log, cfg.TerminationLog, cfg.TerminationLogCreate, preemptCode); stopped {
-		return code
+		return &codeError{code: code}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "lifeboat run: %v\n", err)
-		return pipelineExitCode(err, supervisor.CodeInternal)
+		return err
 	}
-	return exitCode(runRun(ctx, cfg, p, o), stderr)
+	return supervise(ctx, cfg, p, o)
 }
 
-// runRun supervises cfg.Argv until it and its tree have exited. With a
+// supervise supervises cfg.Argv until it and its tree have exited. With a
 // checkpoint pipeline, its agent uploads in the background, the grace
 // budget keeps a reserve for the final upload, and the final upload runs
 // when the trainer's tree is gone. Metrics and notices run alongside.
-func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptions) error {
+func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptions) error {
 	obs := &o.observe
 	bg, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -200,7 +207,7 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptio
 	}
 	gp, err := o.gpu.plan(cfg.Env, cfg.Log)
 	if err != nil {
-		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: startCode(err)}
+		return err
 	}
 	defer gp.close()
 	if gp != nil {
@@ -208,14 +215,14 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptio
 	}
 	wd, err := o.gpu.newWatchdog(gp, cfg.Log)
 	if err != nil {
-		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: 2}
+		return usageError{err}
 	}
 	if wd != nil {
 		go wd.Run(bg, o.gpu.watchInterval)
 	}
 	mem, err := o.memory.setup(cfg.Log)
 	if err != nil {
-		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: 2}
+		return usageError{err}
 	}
 	if mem != nil {
 		cfg.Memory = mem
@@ -230,18 +237,18 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptio
 	// lifeboat's runtime failure, as for the sidecar.
 	m, err := obs.startMetrics(bg, cfg.Log)
 	if err != nil {
-		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: startCode(err)}
+		return err
 	}
 	// notice.Watch fails only on its settings (the SDKs' variables, such as
 	// AWS_EC2_METADATA_DISABLED with --notices aws): bad configuration. A
 	// source that fails while it runs is logged and asked again.
 	if cfg.Notices, err = obs.watchNotices(bg, m, cfg.Log); err != nil {
-		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: 2}
+		return usageError{err}
 	}
 	recordSupervision(&cfg, m) // before coord.start, which chains OnStop
 	js, err := o.coord.start(bg, &cfg, p)
 	if err != nil {
-		return &supervisor.ExitError{Err: fmt.Errorf("lifeboat run: %w", err), Code: pipelineExitCode(err, supervisor.CodeInternal)}
+		return err
 	}
 	if p != nil {
 		cfg.Reserve = p.agent.Reserve
@@ -261,31 +268,4 @@ func runRun(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptio
 	m.SetReady(true)
 	cfg.Signals = startup.handOff()
 	return js.exit(supervisor.Run(ctx, cfg), cfg)
-}
-
-// startCode is the exit code of a part of run that could not start: 2 for
-// a bad value (usageError), else lifeboat's own runtime failure.
-func startCode(err error) int {
-	var ue usageError
-	if errors.As(err, &ue) {
-		return 2
-	}
-	return supervisor.CodeInternal
-}
-
-// exitCode maps Run's result to lifeboat's exit code, printing spawn
-// failures as one line naming the path.
-func exitCode(err error, stderr io.Writer) int {
-	if err == nil {
-		return 0
-	}
-	var ee *supervisor.ExitError
-	if errors.As(err, &ee) {
-		if !ee.Started {
-			fmt.Fprintln(stderr, ee.Err)
-		}
-		return ee.ExitCode()
-	}
-	fmt.Fprintf(stderr, "lifeboat: %v\n", err)
-	return supervisor.CodeInternal
 }

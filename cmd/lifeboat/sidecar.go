@@ -23,7 +23,7 @@ type sidecarOptions struct {
 	kube       kubeOptions
 }
 
-func sidecarCmd(ctx context.Context, args []string, stderr io.Writer) int {
+func sidecarCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o := &sidecarOptions{}
 	fs := newFlagSet("sidecar", stderr)
 	o.common.register(fs)
@@ -36,47 +36,39 @@ func sidecarCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.DurationVar(&o.flushWait, "flush-wait", 0,
 		"after SIGTERM, keep watching this long for the trainer's last checkpoint before the final upload (0 for a native sidecar, which Kubernetes stops after the trainer)")
 	fs.Usage = flagUsage(fs, stderr, "lifeboat sidecar --store URL --dir DIR [flags]")
-	if code := parseCmd(fs, args, stderr); code >= 0 {
+	check := func() error { return firstErr(o.validate(), o.ranks.resolve(os.Getenv)) }
+	if code := setup(fs, args, &o.common, stdout, stderr, check); code >= 0 {
 		return code
 	}
-	if code := checkCmd("sidecar", o.validate(), stderr); code >= 0 {
-		return code
-	}
-	log, ok := o.common.logger("sidecar", stderr)
-	if !ok {
-		return 2
-	}
+	return exitCode("sidecar", runSidecar(ctx, o), supervisor.CodeInternal, stderr)
+}
+
+// runSidecar opens the store and uploads what the trainer writes until a
+// stop signal, then runs the final upload within the grace period: 0 when
+// it succeeded, CodeFlushFailed when it did not.
+func runSidecar(ctx context.Context, o *sidecarOptions) error {
+	log := o.common.log
 	if o.checkpoint.restore == "auto" {
 		// The trainer's own container (or an init container) restores;
 		// the sidecar only uploads.
 		o.checkpoint.restore = "never"
 	}
-	if o.flushWait < 0 || o.flushWait >= o.grace {
-		fmt.Fprintf(stderr, "lifeboat sidecar: --flush-wait (LIFEBOAT_FLUSH_WAIT) is %s; it must be between 0 and --grace (%s)\n", o.flushWait, o.grace)
-		return 2
-	}
-	if err := o.ranks.resolve(os.Getenv); err != nil {
-		fmt.Fprintf(stderr, "lifeboat sidecar: %v\n", err)
-		return 2
-	}
 	ctx, started := startup.during(ctx, nil)
 	defer started()
 	o.checkpoint.sidecar = true
-	p, err := newPipeline(ctx, &o.store, &o.checkpoint, o.ranks, log, stderr)
+	p, err := newPipeline(ctx, &o.store, &o.checkpoint, o.ranks, log, o.common.stderr)
 	if code, stopped := stoppedDuringStartup(startup, "store open", err, log, kubeTerminationLog, false, supervisor.DefaultPreemptExitCode); stopped {
-		return code
+		return &codeError{code: code}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "lifeboat sidecar: %v\n", err)
-		return pipelineExitCode(err, supervisor.CodeInternal)
+		return err
 	}
 	sigs := stopSignals(startup.handOff())
 	agentCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	m, err := o.observe.startMetrics(agentCtx, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "lifeboat sidecar: %v\n", err)
-		return supervisor.CodeInternal
+		return err
 	}
 	o.kube.start(ctx, log, false, nil)
 	defer o.kube.close()
@@ -104,7 +96,7 @@ func sidecarCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	o.kube.flushed(true, err)
 	if err != nil {
 		log.Error("sidecar.final_upload_failed", "err", err)
-		return supervisor.CodeFlushFailed
+		return &codeError{code: supervisor.CodeFlushFailed}
 	}
-	return 0
+	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -14,6 +15,7 @@ type verifyOptions struct {
 	common commonOptions
 	store  storeOptions
 	subset string
+	which  string // the argument: STEP, latest, all or empty (all)
 }
 
 // verifyHelp explains the forms verify accepts and what each level checks.
@@ -44,33 +46,47 @@ func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	o.store.register(fs)
 	fs.StringVar(&o.subset, "read-data-subset", "all", "which chunks to download and hash besides checking they are stored with their size: all, none, or part n/t")
 	fs.Usage = flagUsage(fs, stderr, verifyHelp)
-	if code := parseCmd(fs, args, stderr); code >= 0 {
+	check := func() error {
+		if err := o.validate(); err != nil {
+			return err
+		}
+		if fs.NArg() > 1 {
+			return errors.New("give at most one step: STEP, latest or all")
+		}
+		o.which = fs.Arg(0)
+		switch o.which {
+		case "", "all", "latest":
+			return nil
+		}
+		if step, err := strconv.ParseInt(o.which, 10, 64); err != nil || step < 0 {
+			return fmt.Errorf("%q is not a step: give a number, latest or all", o.which)
+		}
+		return nil
+	}
+	if code := setup(fs, args, &o.common, stdout, stderr, check); code >= 0 {
 		return code
 	}
-	if code := checkCmd("verify", o.validate(), stderr); code >= 0 {
-		return code
-	}
-	if fs.NArg() > 1 {
-		fmt.Fprintln(stderr, "lifeboat verify: give at most one step: STEP, latest or all")
-		return 2
-	}
+	return exitCode("verify", runVerify(ctx, o), 1, stderr)
+}
+
+// runVerify checks the steps o.which names; a step with problems prints
+// them and makes the result exit 1.
+func runVerify(ctx context.Context, o *verifyOptions) error {
+	stdout := o.common.stdout
 	subset, err := checkpoint.ParseSubset(o.subset)
 	if err != nil {
-		fmt.Fprintf(stderr, "lifeboat verify: --read-data-subset (LIFEBOAT_READ_DATA_SUBSET): %v\n", err)
-		return 2
+		return usageError{fmt.Errorf("--read-data-subset (LIFEBOAT_READ_DATA_SUBSET): %v", err)}
 	}
 	s, err := o.store.open(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "lifeboat verify: %v\n", err)
-		return 1
+		return err
 	}
 	var steps []int64
-	switch arg := fs.Arg(0); arg {
+	switch arg := o.which; arg {
 	case "", "all":
 		snaps, err := checkpoint.List(ctx, s)
 		if err != nil {
-			fmt.Fprintf(stderr, "lifeboat verify: %v\n", err)
-			return 1
+			return err
 		}
 		for _, sn := range snaps {
 			steps = append(steps, sn.Step)
@@ -78,24 +94,18 @@ func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	case "latest":
 		step, err := checkpoint.Latest(ctx, s, 0)
 		if err != nil {
-			fmt.Fprintf(stderr, "lifeboat verify: %v\n", err)
-			return 1
+			return err
 		}
 		steps = []int64{step}
 	default:
-		step, err := strconv.ParseInt(arg, 10, 64)
-		if err != nil || step < 0 {
-			fmt.Fprintf(stderr, "lifeboat verify: %q is not a step: give a number, latest or all\n", arg)
-			return 2
-		}
+		step, _ := strconv.ParseInt(arg, 10, 64) // checked by verifyCmd
 		steps = []int64{step}
 	}
 	bad := 0
 	for _, step := range steps {
 		rep, err := checkpoint.Verify(ctx, s, step, checkpoint.VerifyOptions{ReadData: subset})
 		if err != nil {
-			fmt.Fprintf(stderr, "lifeboat verify: step %d: %v\n", step, err)
-			return 1
+			return fmt.Errorf("step %d: %w", step, err)
 		}
 		if rep.OK() {
 			fmt.Fprintf(stdout, "step %d rev %d: ok (%d manifests, %d chunks stored with their sizes; read-data %s: %d chunks, %d bytes read and hashed)\n",
@@ -109,8 +119,7 @@ func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	}
 	if bad > 0 {
-		fmt.Fprintf(stderr, "lifeboat verify: %d of %d checkpoints have problems; restore falls back past them\n", bad, len(steps))
-		return 1
+		return fmt.Errorf("%d of %d checkpoints have problems; restore falls back past them", bad, len(steps))
 	}
-	return 0
+	return nil
 }
