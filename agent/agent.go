@@ -391,12 +391,10 @@ func (a *Agent) upload(ctx context.Context, r watch.Ready, p pass) error {
 		"already_committed", res.AlreadyCommitted, "manifest", res.Key)
 	a.emit(Event{Kind: EventCommitted, Step: r.Step, Bytes: res.Bytes, Seconds: el.Seconds(), Saved: r.LastChange(), Final: p == final})
 	if p == background && a.cfg.Keep > 0 && a.cfg.Rank == 0 {
-		pr, err := checkpoint.Prune(ctx, a.cfg.Uploader.Store, checkpoint.PruneOptions{
+		_, err := checkpoint.Prune(ctx, a.cfg.Uploader.Store, checkpoint.PruneOptions{
 			Keep: a.cfg.Keep, SafetyWindow: a.cfg.Uploader.SafetyWindow, Log: a.cfg.Log})
 		if err != nil {
 			a.cfg.Log.Warn("checkpoint.prune_failed", "err", err)
-		} else {
-			a.cfg.Log.Debug("checkpoint.pruned", "result", fmt.Sprintf("%+v", *pr))
 		}
 	}
 	return nil

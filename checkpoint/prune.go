@@ -102,7 +102,7 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 	old := p.chooseSteps(groups, stored)
 	doomed := p.manifestsToDelete(groups, old)
 	if len(p.res.Kept) != opts.Keep {
-		p.log.Info("checkpoint: prune: fewer restorable steps than to keep; only abandoned steps, superseded revisions and unreferenced chunks older than the safety window are deleted",
+		p.log.Info("checkpoint.prune_short_of_keep",
 			"restorable", len(p.res.Kept), "keep", opts.Keep)
 	}
 	if err := p.deleteManifests(ctx, doomed); err != nil {
@@ -170,7 +170,7 @@ func (p *pruner) chooseSteps(groups []*stepGroup, stored chunkSizes) (old map[*s
 		}
 		missing, wrongSize := stored.check(ms)
 		if len(ms) < g.worldSize || missing > 0 || wrongSize > 0 {
-			p.log.Warn("checkpoint: prune: step cannot be restored; it counts toward no --keep", "step", g.step,
+			p.log.Warn("checkpoint.prune_unrestorable", "step", g.step,
 				"bad_manifests", g.worldSize-len(ms), "missing_chunks", missing, "wrong_size_chunks", wrongSize)
 			res.Unrestorable = append(res.Unrestorable, g.step)
 			continue

@@ -316,7 +316,7 @@ func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, o
 		if ctx.Err() != nil || !skippable(err) {
 			return nil, err
 		}
-		log.Warn("checkpoint: snapshot cannot be restored, falling back to an older one", "step", g.step, "rank", rank, "err", err)
+		log.Debug("checkpoint.restore_fallback", "step", g.step, "rank", rank, "err", err)
 		fallbacks = append(fallbacks, Fallback{Step: g.step, Err: err})
 	}
 	if len(fallbacks) == 0 {

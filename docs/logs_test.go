@@ -29,10 +29,7 @@ var looksLikeEvent = regexp.MustCompile(`^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$`)
 // the code names them; the test fails once one is no longer logged, so
 // the list only shrinks. Never add to it: name the event instead.
 var legacyMessages = map[string]bool{
-	"checkpoint: prune: step cannot be restored; it counts toward no --keep":                                                                                              true,
-	"checkpoint: prune: fewer restorable steps than to keep; only abandoned steps, superseded revisions and unreferenced chunks older than the safety window are deleted": true,
 	"checkpoint: pruned": true,
-	"checkpoint: snapshot cannot be restored, falling back to an older one": true,
 }
 
 // msgArg is the index of the message argument of each slog.Logger (and

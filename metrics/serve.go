@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -40,7 +42,7 @@ func Serve(ctx context.Context, addr string, m *Metrics, log *slog.Logger) (net.
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ErrorLog:          stdlog.New(httpErrorLog{log}, "", 0),
 	}
 	served := make(chan struct{})
 	go func() {
@@ -65,4 +67,13 @@ func Serve(ctx context.Context, addr string, m *Metrics, log *slog.Logger) (net.
 	}()
 	log.Info("metrics.listening", "addr", l.Addr().String())
 	return l.Addr(), nil
+}
+
+// httpErrorLog turns the HTTP server's own complaints (a client's malformed
+// request, a TLS handshake) into metrics.http_error lines at Debug.
+type httpErrorLog struct{ log *slog.Logger }
+
+func (h httpErrorLog) Write(p []byte) (int, error) {
+	h.log.Debug("metrics.http_error", "err", strings.TrimSpace(string(p)))
+	return len(p), nil
 }
