@@ -94,15 +94,17 @@ func typeName(m fs.FileMode) string {
 	case m&fs.ModeSymlink != 0:
 		return "symlink"
 	case m&fs.ModeNamedPipe != 0:
-		return "FIFO"
+		return "fifo"
 	case m&fs.ModeSocket != 0:
 		return "socket"
+	case m&fs.ModeCharDevice != 0:
+		return "char device"
 	case m&fs.ModeDevice != 0:
-		return "device"
+		return "block device"
 	case m.IsDir():
 		return "directory"
 	}
-	return "file that is not regular"
+	return "irregular file"
 }
 
 // openBeneath opens the file rel under dir for reading without following a

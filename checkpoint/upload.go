@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -342,8 +344,12 @@ func (u *Uploader) plan(ctx context.Context, dir string, paths []string, target 
 	if err != nil {
 		return nil, err
 	}
-	if len(skipped) > 0 {
-		run.log.Warn("checkpoint.skipped_special", "paths", skipped, "count", len(skipped))
+	for _, rel := range skipped {
+		typ := "entry that is gone"
+		if fi, err := os.Lstat(filepath.Join(dir, filepath.FromSlash(rel))); err == nil {
+			typ = typeName(fi.Mode())
+		}
+		run.log.Warn("checkpoint.skipped_special", "path", rel, "type", typ)
 	}
 	if !u.SkipFormatCheck {
 		if err := checkWholeSet(dir, files, target.Rank); err != nil {

@@ -247,7 +247,7 @@ func (r *Reporter) Close(ctx context.Context) int {
 	}
 	n := int(r.dropped.Load()) + left
 	if n > 0 {
-		r.log.Info("kube.events_dropped", "count", n, "why", "the queue was full, or the API server did not answer before lifeboat exited")
+		r.log.Info("kube.drop_total", "count", n, "why", "the queue was full, or the API server did not answer before lifeboat exited")
 	}
 	return n
 }

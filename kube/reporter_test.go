@@ -187,8 +187,8 @@ func TestQueueNeverBlocks(t *testing.T) {
 	if dropped < 45 {
 		t.Errorf("Close says %d dropped, want at least 45", dropped)
 	}
-	if l := logs.lines("INFO", "kube.events_dropped"); len(l) != 1 {
-		t.Errorf("events_dropped lines %v, want one", l)
+	if l := logs.lines("INFO", "kube.drop_total"); len(l) != 1 {
+		t.Errorf("drop_total lines %v, want one", l)
 	}
 }
 

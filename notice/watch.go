@@ -137,7 +137,7 @@ func (w *watcher) run(ctx context.Context) {
 				w.out <- n // never blocks: the buffer holds one of each kind per source
 				continue
 			}
-			w.log.Warn("notice.preempted", "deadline", n.Deadline, "detail", n.Detail)
+			w.log.Debug("notice.preempted", "deadline", n.Deadline, "detail", n.Detail)
 			w.out <- n
 			return
 		}

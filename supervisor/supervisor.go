@@ -203,11 +203,10 @@ func (l *loop) run(ctx context.Context, sigs <-chan os.Signal) error {
 				ooms = nil
 				continue
 			}
+			// memory.oom_kill logs the kill; this only counts it.
 			if l.cfg.OnOOMKill != nil {
 				l.cfg.OnOOMKill()
 			}
-			l.cfg.Log.Warn("supervisor.oom_kill", "limit", l.cfg.Memory.Describe(),
-				"effect", "a process of the trainer was killed by the OOM killer")
 		case n, ok := <-notices:
 			if !ok {
 				notices = nil
