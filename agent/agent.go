@@ -419,12 +419,13 @@ func (a *Agent) finished(r watch.Ready, older []watch.Ready, err error) {
 		a.stats.Failures++
 		a.stats.LastUploadError = err.Error()
 		a.mu.Unlock()
-		lvl := slog.LevelWarn
 		if storage.IsPermanent(err) {
-			lvl = slog.LevelError
+			a.cfg.Log.Error("checkpoint.upload_refused", "id", r.ID, "step", r.Step, "err", err,
+				"effect", "tried again at the next scan, refused until its cause is fixed; the previous committed checkpoint stays the latest")
+		} else {
+			a.cfg.Log.Warn("checkpoint.upload_failed", "id", r.ID, "step", r.Step, "err", err,
+				"effect", "retried at the next scan; the previous committed checkpoint stays the latest")
 		}
-		a.cfg.Log.Log(context.Background(), lvl, "checkpoint.upload_failed", "id", r.ID, "step", r.Step, "err", err,
-			"effect", "retried at the next scan; the previous committed checkpoint stays the latest")
 		a.emit(Event{Kind: EventUploadFailed, Step: r.Step, Err: err.Error()})
 		return
 	}

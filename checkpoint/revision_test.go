@@ -46,7 +46,7 @@ func TestSplitSaveIsRevised(t *testing.T) {
 			t.Errorf("revisions %d then %d (key %s, already %v); want 0 then 1", first.Revision, second.Revision, second.Key, second.AlreadyCommitted)
 		}
 		if n := countEvents(t, &logs, "checkpoint.revised", map[string]any{"step": 100.0, "rank": 0.0, "revision": 1.0,
-			"why": "the step's files changed after it was committed"}); n != 1 {
+			"reason": "the step's files changed after it was committed"}); n != 1 {
 			t.Errorf("%d checkpoint.revised lines, want 1:\n%s", n, logs.String())
 		}
 

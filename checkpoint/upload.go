@@ -475,7 +475,7 @@ func (run *uploadRun) readFile(ctx context.Context, i int, pool chan []byte, sto
 		if err != nil {
 			return err
 		}
-		run.log.Info("checkpoint.reread", "path", run.files[i].rel, "why", rerr.Error())
+		run.log.Info("checkpoint.reread", "path", run.files[i].rel, "reason", rerr.Error())
 		run.files[i] = f
 		run.mu.Lock()
 		run.res.Reread++
@@ -546,7 +546,7 @@ func (run *uploadRun) commit(ctx context.Context) (*UploadResult, error) {
 	}
 	if res.Revision > 0 {
 		run.log.Info("checkpoint.revised", "step", run.target.Step, "rank", run.target.Rank, "revision", res.Revision,
-			"why", "the step's files changed after it was committed")
+			"reason", "the step's files changed after it was committed")
 	}
 	return res, nil
 }

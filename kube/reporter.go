@@ -145,7 +145,7 @@ func (r *Reporter) Event(e Event) {
 	case r.events <- e:
 	default:
 		r.dropped.Add(1)
-		r.log.Debug("kube.event_dropped", "reason", e.Reason, "why", "the queue is full")
+		r.log.Debug("kube.event_dropped", "event_reason", e.Reason, "reason", "the queue is full")
 	}
 }
 
@@ -247,7 +247,7 @@ func (r *Reporter) Close(ctx context.Context) int {
 	}
 	n := int(r.dropped.Load()) + left
 	if n > 0 {
-		r.log.Info("kube.drop_total", "count", n, "why", "the queue was full, or the API server did not answer before lifeboat exited")
+		r.log.Info("kube.drop_total", "count", n, "reason", "the queue was full, or the API server did not answer before lifeboat exited")
 	}
 	return n
 }
@@ -324,7 +324,7 @@ func (r *Reporter) off(feature string, err error, why string) {
 			"hint", "grant the pod's service account "+ae.Permission.String()+" in a Role (deploy/k8s has one), or turn the feature off")
 	}
 	if why != "" {
-		args = append(args, "why", why)
+		args = append(args, "reason", why)
 	}
 	r.log.Warn("kube.feature_off", args...)
 }

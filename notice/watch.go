@@ -137,7 +137,12 @@ func (w *watcher) run(ctx context.Context) {
 				w.out <- n // never blocks: the buffer holds one of each kind per source
 				continue
 			}
-			w.log.Debug("notice.preempted", "deadline", n.Deadline, "detail", n.Detail)
+			args := []any{"detail", n.Detail}
+			if !n.Deadline.IsZero() {
+				// RFC 3339 in UTC, to the millisecond, as every log line's deadline.
+				args = append([]any{"deadline", n.Deadline.UTC().Format("2006-01-02T15:04:05.999Z07:00")}, args...)
+			}
+			w.log.Debug("notice.preempted", args...)
 			w.out <- n
 			return
 		}

@@ -168,6 +168,6 @@ func ExplainURG(log *slog.Logger) {
 	explainedURG.Do(func() {
 		log.Debug("signal.urg_not_forwarded", "signal", Name(unix.SIGURG),
 			"reason", "the Go runtime preempts goroutines with SIGURG in this lifeboat, so one received cannot be told from its own",
-			"fix", "build lifeboat with -ldflags '"+LinkFlag+"' (the release image is), and do not set GODEBUG=asyncpreemptoff=0")
+			"hint", "build lifeboat with -ldflags '"+LinkFlag+"' (the release image is), and do not set GODEBUG=asyncpreemptoff=0")
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -191,12 +192,12 @@ func (l *loop) run(ctx context.Context, sigs <-chan os.Signal) error {
 		case <-tick.C:
 		case <-done:
 			done = nil
-			l.cfg.Log.Info("supervisor.context_done", "action", "stopping the trainer")
+			l.cfg.Log.Info("supervisor.context_done", "effect", "stopping the trainer")
 			l.stopWith(l.cfg.StopSignals[0], true, "lifeboat was asked to stop", time.Time{})
 		case <-l.maxRuntime.c():
 			l.maxRuntime.stop()
 			reason := fmt.Sprintf("max runtime %s reached", l.cfg.MaxRuntime)
-			l.cfg.Log.Warn("supervisor.max_runtime", "max_runtime", l.cfg.MaxRuntime.String(), "action", "stopping as on preemption")
+			l.cfg.Log.Warn("supervisor.max_runtime", "max_runtime", l.cfg.MaxRuntime.String(), "effect", "stopping as on preemption")
 			l.stopWith(l.cfg.StopSignals[0], true, reason, time.Time{})
 		case _, ok := <-ooms:
 			if !ok {
@@ -216,12 +217,12 @@ func (l *loop) run(ctx context.Context, sigs <-chan os.Signal) error {
 			if !n.Deadline.IsZero() {
 				end = n.Deadline.Add(-ExitMargin)
 			}
-			l.cfg.Log.Warn("supervisor.preemption_notice", "source", n.Source, "deadline", n.Deadline.Format(time.RFC3339),
-				"detail", n.Detail, "signal", signals.Name(l.cfg.NoticeSignal))
+			l.cfg.Log.Warn("supervisor.preemption_notice", withDeadline([]any{"source", n.Source}, n.Deadline,
+				"detail", n.Detail, "signal", signals.Name(l.cfg.NoticeSignal))...)
 			l.stopWith(l.cfg.NoticeSignal, false, n.Source+" preemption notice", end)
 		case <-l.kill.c():
 			l.kill.stop()
-			l.cfg.Log.Warn("supervisor.grace_expired", "grace", l.cfg.Grace.String(), "action", "SIGKILL everything left")
+			l.cfg.Log.Warn("supervisor.grace_expired", "grace", l.cfg.Grace.String(), "effect", "SIGKILL everything left")
 			l.killTree()
 		case <-l.killWait.c():
 			l.killWait.stop()
@@ -338,10 +339,10 @@ func (l *loop) signal(sig unix.Signal) {
 	// A second INT means "stop now", as when Ctrl-C is pressed twice.
 	switch {
 	case l.phase == phaseFlushing:
-		l.cfg.Log.Warn("supervisor.second_interrupt", "action", "cancel the final upload")
+		l.cfg.Log.Warn("supervisor.second_interrupt", "effect", "cancel the final upload")
 		l.cancelHook()
 	case l.phase == phaseRunning && l.killedAt.IsZero():
-		l.cfg.Log.Warn("supervisor.second_interrupt", "action", "SIGKILL everything now")
+		l.cfg.Log.Warn("supervisor.second_interrupt", "effect", "SIGKILL everything now")
 		l.killTree()
 	}
 }
@@ -363,7 +364,7 @@ func (l *loop) startStop(sig, sent unix.Signal, reason string, end time.Time) {
 		if !end.Before(l.graceEnd) {
 			return
 		}
-		l.cfg.Log.Warn("supervisor.deadline_moved", "reason", reason, "deadline", end.Format(time.RFC3339Nano))
+		l.cfg.Log.Warn("supervisor.deadline_moved", "reason", reason, "deadline", logTime(end))
 	} else {
 		l.stopping, l.stopSig, l.stopReason = true, sig, reason
 	}
@@ -379,7 +380,7 @@ func (l *loop) startStop(sig, sent unix.Signal, reason string, end time.Time) {
 		l.cfg.Log.Info("supervisor.stopping", "reason", reason, "signal", received, "delivered", delivered,
 			"phase", l.phase.String(),
 			"budget", fmt.Sprintf("grace %s, all of it for the final upload (the trainer's tree is gone)", grace.Round(time.Millisecond)),
-			"deadline", end.Format(time.RFC3339Nano))
+			"deadline", logTime(end))
 		return
 	}
 	budget := grace
@@ -399,8 +400,24 @@ func (l *loop) startStop(sig, sent unix.Signal, reason string, end time.Time) {
 	l.cfg.Log.Info("supervisor.stopping", "reason", reason, "signal", received, "delivered", delivered,
 		"phase", l.phase.String(),
 		"budget", fmt.Sprintf("grace %s = trainer %s + final upload reserve %s (%s)", grace.Round(time.Millisecond), budget.Round(time.Millisecond), reserve.Round(time.Millisecond), why),
-		"kill_at", now.Add(budget).Format(time.RFC3339Nano),
-		"deadline", end.Format(time.RFC3339Nano))
+		"kill_at", logTime(now.Add(budget)),
+		"deadline", logTime(end))
+}
+
+// logTimeFormat is how log lines give a time (deadline, kill_at): RFC 3339
+// in UTC, to the millisecond, trailing zeros dropped.
+const logTimeFormat = "2006-01-02T15:04:05.999Z07:00"
+
+// logTime formats t for a log line.
+func logTime(t time.Time) string { return t.UTC().Format(logTimeFormat) }
+
+// withDeadline appends "deadline" (when t is set) and then rest to args:
+// a deadline that is not known is left out, not logged as year 1.
+func withDeadline(args []any, t time.Time, rest ...any) []any {
+	if !t.IsZero() {
+		args = append(args, "deadline", logTime(t))
+	}
+	return append(args, rest...)
 }
 
 // signalName names sig for the log: "none" for 0.
@@ -446,7 +463,7 @@ func (l *loop) reap() {
 			l.cfg.Log.Info("supervisor.child_exited", "pid", pid, "status", describeStatus(ws))
 			l.checkOOM(ws)
 		} else {
-			l.cfg.Log.Debug("supervisor.reaped", "pid", pid, "code", StatusCode(ws))
+			l.cfg.Log.Debug("supervisor.reaped", "pid", pid, "status", strings.TrimPrefix(describeStatus(ws), "trainer "))
 		}
 	}
 }

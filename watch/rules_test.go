@@ -164,7 +164,7 @@ func TestWhatIsACheckpoint(t *testing.T) {
 			var ignored []string
 			for _, m := range logs.events(t, "checkpoint.not_a_checkpoint") {
 				ignored = append(ignored, m["id"].(string))
-				if m["files"] == nil || m["example"] == nil || m["why"] == nil {
+				if m["files"] == nil || m["example"] == nil || m["reason"] == nil {
 					t.Errorf("log line without files, example or why: %v", m)
 				}
 			}
@@ -200,7 +200,7 @@ func TestMarkers(t *testing.T) {
 			}
 		}
 		got := logs.events(t, "checkpoint.unmarked_ignored")
-		if len(got) != 2 || got[0]["why"] != "a marker was seen; only marked directories are checkpoints" {
+		if len(got) != 2 || got[0]["reason"] != "a marker was seen; only marked directories are checkpoints" {
 			t.Errorf("logged %v; want dir:ckpt-2 and files: once each, with why", got)
 		}
 		makeTree(t, dir, map[string]string{"ckpt-2/" + DefaultMarker: "2"})
@@ -217,7 +217,7 @@ func TestMarkers(t *testing.T) {
 			t.Fatalf("unmarked directory with MarkerOnly: %s", ids(r))
 		}
 		got := logs.events(t, "checkpoint.unmarked_ignored")
-		if len(got) != 1 || got[0]["id"] != "dir:step-100" || got[0]["why"] != "--marker-only" {
+		if len(got) != 1 || got[0]["id"] != "dir:step-100" || got[0]["reason"] != "--marker-only" {
 			t.Errorf("logged %v", got)
 		}
 	})

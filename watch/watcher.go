@@ -202,7 +202,7 @@ func (w *Watcher) Scan(final bool) ([]Ready, error) {
 		}
 		if event != "" {
 			if w.once(event, c.ID) {
-				w.cfg.Log.Info(event, "id", c.ID, "files", len(c.Files), "example", path.Join(c.Dir, c.Files[0].Path), "why", why)
+				w.cfg.Log.Info(event, "id", c.ID, "files", len(c.Files), "example", path.Join(c.Dir, c.Files[0].Path), "reason", why)
 			}
 			continue
 		}

@@ -3,7 +3,6 @@ package gpu
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -89,7 +88,7 @@ func (w *Watchdog) Check() {
 			}
 			if !w.acted[uuid] {
 				w.Log.Error("gpu.memory_over", "device", uuid, "bytes", v.Total, "measure", measure, "reason", v.Reason,
-					"action", v.Action.String(), "pids", fmt.Sprint(v.PIDs))
+					"policy", v.Action.String(), "pids", v.PIDs)
 			}
 			w.acted[uuid] = true
 			for _, pid := range v.PIDs {
