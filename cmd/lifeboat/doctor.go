@@ -82,13 +82,19 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.BoolVar(&o.json, "json", false, "print JSON")
 	fs.Usage = flagUsage(fs, stderr, "lifeboat doctor [--store URL] [--json]")
 	check := func() error {
-		o.memory.reserve = o.reserve
+		o.withDefaults()
 		return firstErr(o.validate(), o.gpu.validate(true), o.memory.validate())
 	}
 	if code := setup(fs, args, &o.common, stdout, stderr, check); code >= 0 {
 		return code
 	}
 	return exitCode("doctor", runDoctor(ctx, o), 1, stderr)
+}
+
+// withDefaults fills the memory options from doctor's own flag: the reserve
+// is --memory-reserve, as for lifeboat run.
+func (o *doctorOptions) withDefaults() {
+	o.memory.reserve = o.reserve
 }
 
 // runDoctor reports what lifeboat run would find here; a failed check

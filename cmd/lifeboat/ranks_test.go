@@ -50,7 +50,7 @@ func TestRankSources(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := rankOptions{rank: tc.flagRank, worldSize: tc.flagSize}
-			err := o.resolve(func(k string) string { return tc.env[k] })
+			err := o.withDefaults(func(k string) string { return tc.env[k] })
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("resolve: %v, want an error with %q", err, tc.err)

@@ -27,7 +27,7 @@ type restoreOptions struct {
 	interval     time.Duration
 	kube         kubeOptions
 
-	all bool // --restore-ranks all, set by the checks
+	all bool // --restore-ranks all, set by withDefaults
 }
 
 func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -53,17 +53,23 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if o.dir == "" {
 			return errors.New("--dir (LIFEBOAT_DIR) is required: the directory to restore into")
 		}
-		if err := o.ranks.resolve(os.Getenv); err != nil {
-			return err
-		}
-		var err error
-		o.all, err = allRanks(o.restoreRanks)
-		return err
+		return o.withDefaults(os.Getenv)
 	}
 	if code := setup(fs, args, &o.common, stdout, stderr, check); code >= 0 {
 		return code
 	}
 	return exitCode("restore", runRestore(ctx, o), 1, stderr)
+}
+
+// withDefaults applies the defaults that depend on other values: the rank
+// from the launchers' variables, and which ranks --restore-ranks takes.
+func (o *restoreOptions) withDefaults(getenv func(string) string) error {
+	if err := o.ranks.withDefaults(getenv); err != nil {
+		return err
+	}
+	var err error
+	o.all, err = allRanks(o.restoreRanks)
+	return err
 }
 
 // runRestore restores into o.dir: exactly o.step, or the newest complete

@@ -145,9 +145,17 @@ func (o *runOptions) check(fs *flag.FlagSet) error {
 		if o.checkpoint.dir != "" && dirFlag {
 			return errors.New("--dir is set but --store is not: set --store (LIFEBOAT_STORE) to s3://bucket/prefix or file:///abs/path, or drop --dir")
 		}
+	}
+	return o.withDefaults(os.Getenv)
+}
+
+// withDefaults applies the defaults that depend on other values: with a
+// store, the rank from the launchers' variables.
+func (o *runOptions) withDefaults(getenv func(string) string) error {
+	if o.store.url == "" {
 		return nil
 	}
-	return o.ranks.resolve(os.Getenv)
+	return o.ranks.withDefaults(getenv)
 }
 
 // runRun starts what the flags ask for: the checkpoint pipeline (store

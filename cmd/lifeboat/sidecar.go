@@ -36,11 +36,22 @@ func sidecarCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.DurationVar(&o.flushWait, "flush-wait", 0,
 		"after SIGTERM, keep watching this long for the trainer's last checkpoint before the final upload (0 for a native sidecar, which Kubernetes stops after the trainer)")
 	fs.Usage = flagUsage(fs, stderr, "lifeboat sidecar --store URL --dir DIR [flags]")
-	check := func() error { return firstErr(o.validate(), o.ranks.resolve(os.Getenv)) }
+	check := func() error { return firstErr(o.validate(), o.withDefaults(os.Getenv)) }
 	if code := setup(fs, args, &o.common, stdout, stderr, check); code >= 0 {
 		return code
 	}
 	return exitCode("sidecar", runSidecar(ctx, o), supervisor.CodeInternal, stderr)
+}
+
+// withDefaults applies the defaults that depend on other values: the rank
+// from the launchers' variables, and --restore auto is never: the
+// trainer's own container (or an init container) restores, the sidecar
+// only uploads.
+func (o *sidecarOptions) withDefaults(getenv func(string) string) error {
+	if o.checkpoint.restore == "auto" {
+		o.checkpoint.restore = "never"
+	}
+	return o.ranks.withDefaults(getenv)
 }
 
 // runSidecar opens the store and uploads what the trainer writes until a
@@ -48,11 +59,6 @@ func sidecarCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 // it succeeded, CodeFlushFailed when it did not.
 func runSidecar(ctx context.Context, o *sidecarOptions) error {
 	log := o.common.log
-	if o.checkpoint.restore == "auto" {
-		// The trainer's own container (or an init container) restores;
-		// the sidecar only uploads.
-		o.checkpoint.restore = "never"
-	}
 	ctx, started := startup.during(ctx, nil)
 	defer started()
 	o.checkpoint.sidecar = true

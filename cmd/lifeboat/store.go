@@ -179,8 +179,9 @@ func (o *rankOptions) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.worldSize, "world-size", -1, "number of ranks, one per pod (default: "+strings.Join(worldSizeVars, ", else ")+", else 1)")
 }
 
-// resolve fills unset values from the launchers' usual variables.
-func (o *rankOptions) resolve(getenv func(string) string) error {
+// withDefaults fills --rank and --world-size, when not given, from the
+// launchers' usual variables, else 0 of 1, and checks the pair.
+func (o *rankOptions) withDefaults(getenv func(string) string) error {
 	pick := func(v *int, flagName string, names []string) (string, error) {
 		if *v >= 0 {
 			return "--" + flagName, nil
