@@ -332,8 +332,12 @@ func (c *Coordinator) writeOwn(ctx context.Context) {
 	}
 	c.ownStored = true
 	close(c.stored)
-	c.cfg.Log.Info("coord.stop_written", "id", c.own.ID, "rank", c.own.Rank, "host", c.own.Host, "reason", c.own.Reason,
-		"deadline", c.own.Deadline.Format(time.RFC3339Nano), "effect", "every other rank stops too")
+	args := []any{"id", c.own.ID, "rank", c.own.Rank, "host", c.own.Host, "reason", c.own.Reason}
+	if !c.own.Deadline.IsZero() {
+		// One time format in every log line: RFC 3339, UTC, milliseconds.
+		args = append(args, "deadline", c.own.Deadline.UTC().Format("2006-01-02T15:04:05.999Z07:00"))
+	}
+	c.cfg.Log.Info("coord.stop_written", append(args, "effect", "every other rank stops too")...)
 }
 
 // readRequest reads the trainer's step request and, when it is new,
