@@ -7,6 +7,8 @@
 // Callers record events through the methods of *Metrics; a nil *Metrics
 // records nothing, so that code can call it unconditionally when metrics
 // are disabled.
+// An uploader's running totals are polled with Follow, which turns them
+// into counter increases (Totals says which figure is which).
 //
 // Labels only ever take values from fixed sets (NoticeSources,
 // RebalanceSources, RestartReasons, ResumeSources); anything else is recorded as "other", so

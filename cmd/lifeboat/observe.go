@@ -12,7 +12,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/lifeboat-project/lifeboat/agent"
 	"github.com/lifeboat-project/lifeboat/metrics"
 	"github.com/lifeboat-project/lifeboat/notice"
 	"github.com/lifeboat-project/lifeboat/signals"
@@ -156,47 +155,21 @@ func (o *observeOptions) noticeSig() (unix.Signal, error) {
 	return sig, nil
 }
 
-// feedMetrics copies the agent's figures into m every interval until ctx
-// ends. Counters get the increase since the last copy.
+// feedMetrics has m follow the agent's figures, and the store's retries,
+// every interval until ctx ends (metrics.Follow).
 func feedMetrics(ctx context.Context, m *metrics.Metrics, p *pipeline, interval time.Duration) {
 	if m == nil || p == nil {
 		return
 	}
-	a := p.agent
-	var last agent.Stats
-	var lastRetries int64
-	copyStats := func() {
-		s := a.Stats()
-		if s.Commits > 0 && (s.LastStep != last.LastStep || !s.LastCommit.Equal(last.LastCommit)) {
-			m.SetCheckpoint(s.LastStep, s.LastCommit)
+	m.Follow(ctx, func() metrics.Totals {
+		s := p.agent.Stats()
+		return metrics.Totals{
+			Commits: s.Commits, LastStep: s.LastStep, LastCommit: s.LastCommit,
+			Uploaded: s.UploadedBytes, Deduped: s.DedupedBytes,
+			Failures: s.Failures, Interrupted: s.Interrupted, Retries: p.retries.Load(),
+			Pending: s.PendingBytes, Throughput: s.Throughput,
 		}
-		m.AddUploaded(s.UploadedBytes - last.UploadedBytes)
-		m.AddDeduped(s.DedupedBytes - last.DedupedBytes)
-		for i := last.Failures; i < s.Failures; i++ {
-			m.IncUploadFailure()
-		}
-		for i := last.Interrupted; i < s.Interrupted; i++ {
-			m.IncInterrupted()
-		}
-		m.SetPending(s.PendingBytes)
-		m.SetThroughput(s.Throughput)
-		r := p.retries.Load()
-		for ; lastRetries < r; lastRetries++ {
-			m.IncRetry()
-		}
-		last = s
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			copyStats()
-			return
-		case <-t.C:
-			copyStats()
-		}
-	}
+	}, interval)
 }
 
 // recordSupervision wires m to what the supervisor reports: the grace
