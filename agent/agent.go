@@ -306,7 +306,7 @@ func (a *Agent) interrupted(r watch.Ready, file string, pid int, why string) {
 	a.mu.Lock()
 	a.stats.Interrupted++
 	a.mu.Unlock()
-	args := []any{"id", r.ID, "path", file, "how", why,
+	args := []any{"id", r.ID, "path", file, "reason", why,
 		"effect", "not stored; the previous committed checkpoint stays the latest"}
 	if pid > 0 {
 		args = append(args, "pid", pid)

@@ -116,7 +116,7 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 		return p.res, err
 	}
 	res := p.res
-	p.log.Info("checkpoint: pruned", "kept", res.Kept, "unrestorable", res.Unrestorable, "abandoned", res.Abandoned, "deleted_steps", len(res.DeletedSteps), "deleted_revisions", res.DeletedRevisions,
+	p.log.Info("checkpoint.pruned", "kept", res.Kept, "unrestorable", res.Unrestorable, "abandoned", res.Abandoned, "deleted_steps", len(res.DeletedSteps), "deleted_revisions", res.DeletedRevisions,
 		"deleted_chunks", res.DeletedChunks, "deleted_bytes", res.DeletedBytes, "dry_run", opts.DryRun)
 	return res, nil
 }

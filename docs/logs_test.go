@@ -24,14 +24,6 @@ var eventName = regexp.MustCompile(`^[a-z0-9]+\.[a-z0-9_]+$`)
 // and they are then held to eventName.
 var looksLikeEvent = regexp.MustCompile(`^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$`)
 
-// legacyMessages are messages still logged without an event name. They
-// are documented in LOGS.md like events, and exempt from eventName until
-// the code names them; the test fails once one is no longer logged, so
-// the list only shrinks. Never add to it: name the event instead.
-var legacyMessages = map[string]bool{
-	"checkpoint: pruned": true,
-}
-
 // msgArg is the index of the message argument of each slog.Logger (and
 // package slog) logging method.
 var msgArg = map[string]int{
@@ -96,29 +88,19 @@ func TestLogEventNames(t *testing.T) {
 	logged := map[string]bool{}
 	for _, s := range sites {
 		logged[s.name] = true
-		if !eventName.MatchString(s.name) && !legacyMessages[s.name] {
+		if !eventName.MatchString(s.name) {
 			bad = append(bad, fmt.Sprintf("  %q at %s", s.name, s.pos))
 		}
 	}
 	docs, _ := docEvents(t, "LOGS.md")
 	for name, line := range docs {
-		if !eventName.MatchString(name) && !legacyMessages[name] {
+		if !eventName.MatchString(name) {
 			bad = append(bad, fmt.Sprintf("  %q at docs/LOGS.md:%d", name, line))
 		}
 	}
 	slices.Sort(bad)
 	if len(bad) > 0 {
 		t.Errorf("event names must match %s (area.event: lower case, digits, and _ after the dot); rename:\n%s", eventName, strings.Join(bad, "\n"))
-	}
-	var gone []string
-	for m := range legacyMessages {
-		if !logged[m] {
-			gone = append(gone, fmt.Sprintf("  %q", m))
-		}
-	}
-	slices.Sort(gone)
-	if len(gone) > 0 {
-		t.Errorf("legacyMessages in docs/logs_test.go lists messages the code no longer logs; remove them there (and from LOGS.md):\n%s", strings.Join(gone, "\n"))
 	}
 }
 

@@ -115,7 +115,7 @@ func kubeClient(log *slog.Logger) *kube.Client {
 	}
 	cfg, err := kube.Discover(os.Getenv, dir)
 	if errors.Is(err, kube.ErrNotInCluster) {
-		log.Debug("kube.off", "why", err.Error())
+		log.Debug("kube.off", "reason", err.Error())
 		return nil
 	}
 	if err == nil {
@@ -134,7 +134,7 @@ func kubeClient(log *slog.Logger) *kube.Client {
 func (o *kubeOptions) grace(ctx context.Context, c *kube.Client, log *slog.Logger) (time.Duration, *kube.Pod) {
 	def := supervisor.DefaultGrace
 	warn := func(why string, args ...any) (time.Duration, *kube.Pod) {
-		log.Warn("kube.grace_default", append([]any{"grace", def.String(), "why", why}, args...)...)
+		log.Warn("kube.grace_default", append([]any{"grace", def.String(), "reason", why}, args...)...)
 		return def, nil
 	}
 	if c == nil {

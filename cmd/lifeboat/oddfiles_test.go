@@ -80,7 +80,7 @@ func TestOddNamesStoredFaithfully(t *testing.T) {
 			if code := p.wait(); code != 0 {
 				t.Fatalf("sidecar exit %d; stderr:\n%s", code, p.stderr.String())
 			}
-			if strings.Contains(p.stderr.String(), "checkpoint.upload_failed") {
+			if strings.Contains(p.stderr.String(), "checkpoint.upload_failed") || strings.Contains(p.stderr.String(), "checkpoint.upload_refused") {
 				t.Errorf("an upload failed:\n%s", p.stderr.String())
 			}
 			dst := filepath.Join(t.TempDir(), "restored")

@@ -100,7 +100,7 @@ func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro ran
 	pr.stop()
 	if res != nil {
 		for _, f := range res.Fallbacks {
-			log.Warn("resume.fallback", "skipped_step", f.Step, "why", f.Err.Error())
+			log.Warn("resume.fallback", "skipped_step", f.Step, "reason", f.Err.Error())
 		}
 	}
 	switch {
@@ -251,7 +251,7 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 		removed, err := checkpoint.RemoveStaleRestores(dir)
 		if len(removed) > 0 {
 			log.Info("resume.stale_removed", "dir", dir, "entries", removed,
-				"why", "left by a restore that was killed before it could clean up")
+				"reason", "left by a restore that was killed before it could clean up")
 		}
 		if err != nil {
 			log.Warn("resume.stale_remove_failed", "dir", dir, "err", err)

@@ -82,7 +82,7 @@ func runRestore(ctx context.Context, o *restoreOptions) error {
 	}
 	if removed, err := checkpoint.RemoveStaleRestores(o.dir); len(removed) > 0 || err != nil {
 		log.Info("resume.stale_removed", "dir", o.dir, "entries", removed, "err", err,
-			"why", "left by a restore that was killed before it could clean up")
+			"reason", "left by a restore that was killed before it could clean up")
 	}
 	ctx, started := startup.during(ctx, nil)
 	defer started()

@@ -177,12 +177,12 @@ func writeTerminationLog(path string, create bool, msg string, log *slog.Logger)
 	f, err := os.OpenFile(path, flags, 0o644)
 	if err != nil {
 		if (create || !errors.Is(err, os.ErrNotExist)) && log != nil {
-			log.Warn("lifeboat.termination_log_failed", "path", path, "err", err)
+			log.Warn("supervisor.termination_log_failed", "path", path, "err", err)
 		}
 		return
 	}
 	defer f.Close()
 	if _, err := fmt.Fprintln(f, msg); err != nil && log != nil {
-		log.Warn("lifeboat.termination_log_failed", "path", path, "err", err)
+		log.Warn("supervisor.termination_log_failed", "path", path, "err", err)
 	}
 }

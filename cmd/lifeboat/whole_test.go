@@ -285,7 +285,7 @@ func TestWholeTornSaveNeverCommitted(t *testing.T) {
 				if code := r.finish(t); code != 137 {
 					t.Errorf("exit %d, want 137 (the trainer was SIGKILLed)", code)
 				}
-				wantEvent(t, r.stderr.String(), "checkpoint.interrupted", "id", "path", "how")
+				wantEvent(t, r.stderr.String(), "checkpoint.interrupted", "id", "path", "reason")
 				wantStoreUnchanged(t, before, lsJSON(t, w.env, w.url), r.stderr.String())
 				wantResumed(t, w.resumed(t), latestComplete(before), map[string]int64{tc.prev: 100})
 			})
@@ -321,7 +321,7 @@ func TestWholeRestartResumesWholeStep(t *testing.T) {
 				t.Fatalf("want a report from each of 2 starts, got %+v; stderr:\n%s", reps, tail(r.stderr.String()))
 			}
 			wantResumed(t, reps[1], 100, map[string]int64{"step-000100/model.pdparams": 100})
-			wantEvent(t, r.stderr.String(), "checkpoint.interrupted", "id", "path", "how")
+			wantEvent(t, r.stderr.String(), "checkpoint.interrupted", "id", "path", "reason")
 			if interrupted < 1 {
 				t.Errorf("lifeboat_checkpoints_interrupted_total = %v after the torn save, want 1 (-1e9: not exported)", interrupted)
 			}
@@ -372,7 +372,7 @@ func TestWholeSaveCutShortAtStop(t *testing.T) {
 					wantResumed(t, w.resumed(t), 200, map[string]int64{"step-000200/model.pdparams": 200})
 					return
 				}
-				wantEvent(t, log, "checkpoint.interrupted", "id", "path", "how")
+				wantEvent(t, log, "checkpoint.interrupted", "id", "path", "reason")
 				wantStoreUnchanged(t, before, lsJSON(t, w.env, w.url), log)
 				wantResumed(t, w.resumed(t), 100, map[string]int64{"step-000100/model.pdparams": 100})
 			})
@@ -542,8 +542,10 @@ func TestWholeCounterCheckpointFollowsNamedStep(t *testing.T) {
 			} else {
 				wantResumed(t, reps[0], 3, map[string]int64{"backup/latest.pdparams": 30})
 			}
-			if m := logEvent(r2.stderr.String(), "checkpoint.upload_failed"); m != nil {
-				t.Errorf("second pod: epoch_4 was refused: %v", m)
+			for _, ev := range []string{"checkpoint.upload_failed", "checkpoint.upload_refused"} {
+				if m := logEvent(r2.stderr.String(), ev); m != nil {
+					t.Errorf("second pod: epoch_4 was refused: %v", m)
+				}
 			}
 			if got := latestComplete(lsJSON(t, w.env, w.url)); got != 4 {
 				t.Errorf("latest complete step %d after epoch_4/, want 4; stderr:\n%s", got, tail(r2.stderr.String()))

@@ -184,7 +184,7 @@ func TestWorldSizeChange(t *testing.T) {
 				committed = append(committed, step)
 				// Rank 0 prunes right after each commit.
 				deadline := time.Now().Add(hangLimit)
-				for len(logLines(p.stderr.String(), "checkpoint.committed")) < i+1 || len(logLines(p.stderr.String(), "checkpoint: pruned")) < i+1 {
+				for len(logLines(p.stderr.String(), "checkpoint.committed")) < i+1 || len(logLines(p.stderr.String(), "checkpoint.pruned")) < i+1 {
 					if time.Now().After(deadline) {
 						t.Fatalf("no commit and prune of step %d; stderr:\n%s", step, tail(p.stderr.String()))
 					}
@@ -293,7 +293,7 @@ func TestCounterRanksNotResumed(t *testing.T) {
 				t.Errorf("the next start resumed step %q (%v), want 5", b, err)
 			}
 			fb := logLines(p.stderr.String(), "resume.fallback")
-			if len(fb) != 1 || fb[0]["skipped_step"] != 10.0 || !strings.Contains(fmt.Sprint(fb[0]["why"]), "cannot be paired") {
+			if len(fb) != 1 || fb[0]["skipped_step"] != 10.0 || !strings.Contains(fmt.Sprint(fb[0]["reason"]), "cannot be paired") {
 				t.Errorf("resume.fallback lines %v; want step 10 skipped because its ranks cannot be paired", fb)
 			}
 		})
