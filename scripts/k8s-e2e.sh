@@ -317,8 +317,10 @@ images() {
 			log "no lifeboat-e2e-base:$suite: scripts/docker-e2e.sh makes it"
 			LIFEBOAT_E2E_REUSE_IMAGE=1 LIFEBOAT_E2E_S3=0 scripts/docker-e2e.sh >&2
 		fi
+		# The trainer's lifeboat is the Dockerfile's default (the gpu flavour),
+		# as scripts/docker-e2e.sh builds it.
 		DOCKER_BUILDKIT=0 docker build -q -f images/e2e/Dockerfile --build-arg BASE="lifeboat-e2e-base:$suite" \
-			--build-arg LIFEBOAT_IMAGE=lifeboat:dev -t lifeboat-e2e-trainer:dev . >/dev/null
+			-t lifeboat-e2e-trainer:dev . >/dev/null
 	fi
 	# The manifests run `python train.py`; Debian's python3 has no `python`.
 	printf 'FROM lifeboat-e2e-trainer:dev\nRUN ln -s /usr/bin/python3 /usr/local/bin/python\n' |
@@ -439,7 +441,12 @@ minio_up() {
 	MINIO_ROOT_USER=$MINIO_USER MINIO_ROOT_PASSWORD=$MINIO_PASS MINIO_BROWSER=off MINIO_UPDATE=off MINIO_CI_CD=1 \
 		start minio "$bin" server --quiet --address "$GW:$MINIO_PORT" --console-address "$GW:$(free_port)" "$W/minio/data"
 	wait_until 60 MinIO curl -fsS "$ENDPOINT/minio/health/ready"
-	curl -fsS -X PUT --aws-sigv4 aws:amz:us-east-1:s3 --user "$MINIO_USER:$MINIO_PASS" "$ENDPOINT/$BUCKET" >/dev/null
+	# Ready can come before the object layer is (503 on a busy machine).
+	wait_until 60 "the bucket $BUCKET" make_bucket || die "MinIO did not create bucket $BUCKET"
+}
+make_bucket() {
+	local sig=(--aws-sigv4 aws:amz:us-east-1:s3 --user "$MINIO_USER:$MINIO_PASS")
+	curl -fsS -X PUT "${sig[@]}" "$ENDPOINT/$BUCKET" || curl -fsS -I "${sig[@]}" "$ENDPOINT/$BUCKET"
 }
 
 control_plane_up() {
