@@ -5,7 +5,14 @@
 //     (unknown fields, wrongly cased keys and unknown kinds fail), and their
 //     cross-references are checked: terminationGracePeriodSeconds against
 //     the grace each lifeboat gets, volumes, Secret keys, PriorityClasses,
-//     the podFailurePolicy that retries preempted pods, native sidecars.
+//     the podFailurePolicy that retries preempted pods, native sidecars;
+//     rbac.yaml's Role grants exactly what lifeboat's Kubernetes features
+//     use and is bound to the ServiceAccount every Job runs as, and each
+//     lifeboat container gets LIFEBOAT_POD_NAME and LIFEBOAT_POD_NAMESPACE
+//     from the downward API.
+//   - deploy/kueue/*.yaml are applied to a real kube-apiserver with Kueue's
+//     own CRDs and strict field validation, and its WorkloadPriorityClasses
+//     are checked against deploy/k8s's PriorityClasses.
 //   - images/*/Dockerfile and the root Dockerfile are parsed strictly: the
 //     ENTRYPOINT and CMD exec-form JSON arrays, the build ARGs, the
 //     LIFEBOAT_* defaults and the files copied in.
