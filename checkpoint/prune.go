@@ -36,6 +36,17 @@ type PruneOptions struct {
 	Log          *slog.Logger
 }
 
+// withDefaults fills in what the caller left zero: the safety window, the
+// clock and a logger that discards.
+func (o PruneOptions) withDefaults() PruneOptions {
+	o.SafetyWindow = safetyWindow(o.SafetyWindow)
+	o.Clock = orDefaultClock(o.Clock)
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
 // PruneResult reports what Prune deleted (or, with DryRun, would delete).
 type PruneResult struct {
 	Kept []int64 // restorable steps kept, newest (committed last) first
@@ -82,11 +93,9 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 	if opts.Keep < 1 {
 		return nil, errors.New("checkpoint: prune: keep must be at least 1, or every checkpoint would be deleted")
 	}
+	opts = opts.withDefaults()
 	p := &pruner{s: s, opts: opts, log: opts.Log, res: &PruneResult{}}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
-	p.cutoff = orDefaultClock(opts.Clock)().Add(-safetyWindow(opts.SafetyWindow))
+	p.cutoff = opts.Clock().Add(-opts.SafetyWindow)
 
 	groups, err := listSteps(ctx, s, snapshotsPrefix)
 	if err != nil {

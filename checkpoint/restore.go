@@ -120,6 +120,7 @@ type RestoreResult struct {
 // manifest. Whether the ranks are one iteration is not checked: the step
 // is the caller's choice.
 func Restore(ctx context.Context, s storage.Store, step int64, rank int, dir string, opts RestoreOptions) (*RestoreResult, error) {
+	opts = opts.withDefaults()
 	if opts.AllRanks {
 		g, err := findStep(ctx, s, step, opts.WorldSize)
 		if err != nil {
@@ -291,10 +292,8 @@ func (g *stepGroup) firstErr() error {
 // and every step's reason (and ErrNoCheckpoint when all of them are data
 // errors), and the result lists the fallbacks.
 func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, opts RestoreOptions) (*RestoreResult, error) {
+	opts = opts.withDefaults()
 	log := opts.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	worldSize := opts.WorldSize
 	if opts.AllRanks {
 		worldSize = 0
@@ -473,12 +472,11 @@ func restoreFiles(ctx context.Context, s storage.Store, files []File, set []stri
 	if err != nil {
 		return err
 	}
-	workers := cmpOrInt(opts.Workers, DefaultDownloadWorkers)
-	if err := downloadFiles(ctx, s, files, tmp, workers, opts.Progress); err != nil {
+	if err := downloadFiles(ctx, s, files, tmp, opts.Workers, opts.Progress); err != nil {
 		return err
 	}
 	if !opts.SkipFormatCheck {
-		if err := checkRestored(ctx, tmp, files, set, workers); err != nil {
+		if err := checkRestored(ctx, tmp, files, set, opts.Workers); err != nil {
 			if !errors.Is(err, ErrCorrupt) && ctx.Err() == nil {
 				err = writeFailed(err)
 			}
@@ -900,9 +898,14 @@ func (f *chunkFetch) get(ctx context.Context, s storage.Store, key string, offse
 	}
 }
 
-func cmpOrInt(v, def int) int {
-	if v <= 0 {
-		return def
+// withDefaults fills in what the caller left zero: the download workers
+// and a logger that discards.
+func (o RestoreOptions) withDefaults() RestoreOptions {
+	if o.Workers <= 0 {
+		o.Workers = DefaultDownloadWorkers
 	}
-	return v
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return o
 }

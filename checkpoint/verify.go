@@ -100,6 +100,14 @@ type VerifyOptions struct {
 	Workers  int // parallel chunk checks, default DefaultDownloadWorkers
 }
 
+// withDefaults fills in the workers when the caller left them zero.
+func (o VerifyOptions) withDefaults() VerifyOptions {
+	if o.Workers <= 0 {
+		o.Workers = DefaultDownloadWorkers
+	}
+	return o
+}
+
 // VerifyReport is what Verify found. OK reports a restorable snapshot.
 type VerifyReport struct {
 	Step       int64
@@ -124,6 +132,7 @@ func (r *VerifyReport) OK() bool { return len(r.Problems) == 0 }
 // restore does. Problems are reported in the
 // report; the error is for failures to check (store unreachable, ctx).
 func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions) (*VerifyReport, error) {
+	opts = opts.withDefaults()
 	groups, err := listSteps(ctx, s, stepPrefix(step))
 	if err != nil {
 		return nil, err
@@ -193,7 +202,7 @@ func verifyManifests(ctx context.Context, s storage.Store, keys map[int]storage.
 // at once, and reports what it found in rep.
 func verifyChunks(ctx context.Context, s storage.Store, chunks map[string]int64, order []string, opts VerifyOptions, rep *VerifyReport) error {
 	var mu sync.Mutex
-	workers := cmpOrInt(opts.Workers, DefaultDownloadWorkers)
+	workers := opts.Workers
 	scratch := newScratchPool(workers)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(workers)
