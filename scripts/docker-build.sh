@@ -8,8 +8,8 @@
 #
 # The build image's Debian root is made once with debootstrap and kept as a
 # tarball under ${LIFEBOAT_CACHE:-$HOME/.cache/lifeboat}/docker. Its
-# packages come from LIFEBOAT_DEBIAN_MIRROR when set, else from
-# debootstrap's default mirror.
+# packages come from LIFEBOAT_DEBIAN_MIRROR when set, else from the mirror
+# apt is configured with (scripts/lib.sh debootstrap_tarball).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tag=${1:-lifeboat:dev}
@@ -28,30 +28,7 @@ buildimage="lifeboat-build:${gover}-${SUITE}-1"
 # path.
 debian_tarball() {
 	local tarball=$CACHE/docker/debian-$SUITE-minbase-gcc.tar.gz
-	mkdir -p "$CACHE/docker"
-	exec 9>"$CACHE/docker/.lock"
-	flock 9 # another run may be making the same tarball
-	if [ ! -s "$tarball" ]; then
-		need_pkgs debootstrap:debootstrap
-		local root start=$SECONDS
-		root=$(mktemp -d "${TMPDIR:-/tmp}/lifeboat-build-rootfs.XXXXXX")
-		chmod 755 "$root"
-		log "debootstrap --variant=minbase $SUITE (gcc, libc6-dev)${LIFEBOAT_DEBIAN_MIRROR:+ from $LIFEBOAT_DEBIAN_MIRROR}"
-		# With no mirror argument debootstrap takes its own default.
-		if ! debootstrap --variant=minbase --include=gcc,libc6-dev,ca-certificates "$SUITE" "$root" \
-			${LIFEBOAT_DEBIAN_MIRROR:+"$LIFEBOAT_DEBIAN_MIRROR"} >"$root.log" 2>&1; then
-			log "debootstrap failed; its log:"
-			tail -n 30 "$root.log" >&2
-			rm -rf "$root" "$root.log"
-			return 1
-		fi
-		rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/tmp/* "$root.log"
-		tar --numeric-owner -C "$root" -c . | gzip -1 >"$tarball.tmp"
-		mv -f "$tarball.tmp" "$tarball"
-		rm -rf "$root"
-		log "debootstrap and tarball took $((SECONDS - start))s ($(du -h "$tarball" | cut -f1))"
-	fi
-	exec 9>&-
+	debootstrap_tarball "$SUITE" gcc,libc6-dev,ca-certificates "$tarball" >&2 || return 1
 	echo "$tarball"
 }
 

@@ -34,24 +34,6 @@ TRAINER_IMAGE=lifeboat-e2e-trainer:dev
 TRAIN=(python3 train.py --steps 1000000 --save-every 100 --step-time 0.01)
 STOP_TIMEOUT=30
 
-# apt_mirror prints the first Debian mirror apt is configured with for
-# SUITE (deb822 .sources files or one-line .list files).
-apt_mirror() {
-	local f
-	for f in /etc/apt/sources.list.d/*.sources; do
-		[ -f "$f" ] || continue
-		awk -v suite="$SUITE" '
-			/^[ \t]*$/ { if (uri != "" && has) { print uri; done = 1; exit } uri = ""; has = 0; next }
-			/^URIs:/ { uri = $2 }
-			/^Suites:/ { for (i = 2; i <= NF; i++) if ($i == suite) has = 1 }
-			END { if (!done && uri != "" && has) print uri }' "$f"
-	done
-	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-		[ -f "$f" ] || continue
-		awk -v suite="$SUITE" '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i ~ /:\/\//) { if ($(i+1) == suite) print $i; break } }' "$f"
-	done
-}
-
 # ensure_base imports BASE_IMAGE from the cached rootfs tarball, making the
 # tarball with debootstrap first when there is none.
 ensure_base() {
@@ -60,35 +42,10 @@ ensure_base() {
 		return
 	fi
 	local tarball=$CACHE/e2e/debian-$SUITE-minbase-python3.tar.gz
-	mkdir -p "$CACHE/e2e"
-	exec 9>"$CACHE/e2e/.lock"
-	flock 9 # another run may be making the same tarball
-	if [ ! -s "$tarball" ]; then
-		need_pkgs debootstrap:debootstrap
-		local mirror
-		mirror=$(apt_mirror)
-		mirror=${mirror%%$'\n'*}
-		[ -n "$mirror" ] || { log "no Debian mirror for $SUITE in apt's sources"; return 1; }
-		local root start=$SECONDS
-		root=$(mktemp -d "${TMPDIR:-/tmp}/lifeboat-e2e-rootfs.XXXXXX")
-		chmod 755 "$root" # the image's / (mktemp made it 0700)
-		log "debootstrap --variant=minbase $SUITE from $mirror (python3)"
-		if ! debootstrap --variant=minbase --include=python3 "$SUITE" "$root" "$mirror" >"$root.log" 2>&1; then
-			log "debootstrap failed; its log:"
-			tail -n 30 "$root.log" >&2
-			rm -rf "$root" "$root.log"
-			return 1
-		fi
-		rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/tmp/* "$root.log"
-		tar --numeric-owner -C "$root" -c . | gzip -1 >"$tarball.tmp"
-		mv -f "$tarball.tmp" "$tarball"
-		rm -rf "$root"
-		log "debootstrap and tarball took $((SECONDS - start))s ($(du -h "$tarball" | cut -f1))"
-	fi
+	debootstrap_tarball "$SUITE" python3 "$tarball" || return 1
 	log "importing $tarball as $BASE_IMAGE"
 	docker import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
 		--change 'CMD ["/bin/bash"]' "$tarball" "$BASE_IMAGE" >/dev/null
-	exec 9>&-
 }
 
 passed=0

@@ -47,6 +47,61 @@ ensure_dockerd() {
 	return 1
 }
 
+# apt_mirror SUITE prints the first Debian mirror apt is configured with
+# for SUITE (deb822 .sources files or one-line .list files).
+apt_mirror() {
+	local f suite=$1
+	for f in /etc/apt/sources.list.d/*.sources; do
+		[ -f "$f" ] || continue
+		awk -v suite="$suite" '
+			/^[ \t]*$/ { if (uri != "" && has) { print uri; done = 1; exit } uri = ""; has = 0; next }
+			/^URIs:/ { uri = $2 }
+			/^Suites:/ { for (i = 2; i <= NF; i++) if ($i == suite) has = 1 }
+			END { if (!done && uri != "" && has) print uri }' "$f"
+	done
+	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+		[ -f "$f" ] || continue
+		awk -v suite="$suite" '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i ~ /:\/\//) { if ($(i+1) == suite) print $i; break } }' "$f"
+	done
+}
+
+# debootstrap_tarball SUITE PACKAGES TARBALL makes (once) a minbase Debian
+# root of SUITE with PACKAGES (comma-separated) and keeps it as the gzip
+# tarball TARBALL; concurrent callers wait for the first one's result. The
+# packages come from LIFEBOAT_DEBIAN_MIRROR, else from the mirror apt is
+# configured with (the one this machine can reach).
+debootstrap_tarball() {
+	local suite=$1 include=$2 tarball=$3
+	mkdir -p "$(dirname "$tarball")"
+	(
+		exec 9>"$tarball.lock"
+		flock 9 # another run may be making the same tarball
+		[ -s "$tarball" ] && exit 0
+		need_pkgs debootstrap:debootstrap
+		local mirror=${LIFEBOAT_DEBIAN_MIRROR:-}
+		if [ -z "$mirror" ]; then
+			mirror=$(apt_mirror "$suite")
+			mirror=${mirror%%$'\n'*}
+		fi
+		[ -n "$mirror" ] || { log "no Debian mirror for $suite in apt's sources; set LIFEBOAT_DEBIAN_MIRROR"; exit 1; }
+		local root start=$SECONDS
+		root=$(mktemp -d "${TMPDIR:-/tmp}/lifeboat-rootfs.XXXXXX")
+		chmod 755 "$root" # the image's / (mktemp made it 0700)
+		log "debootstrap --variant=minbase $suite ($include) from $mirror"
+		if ! debootstrap --variant=minbase --include="$include" "$suite" "$root" "$mirror" >"$root.log" 2>&1; then
+			log "debootstrap failed; its log:"
+			tail -n 30 "$root.log" >&2
+			rm -rf "$root" "$root.log"
+			exit 1
+		fi
+		rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/tmp/* "$root.log"
+		tar --numeric-owner -C "$root" -c . | gzip -1 >"$tarball.tmp"
+		mv -f "$tarball.tmp" "$tarball"
+		rm -rf "$root"
+		log "debootstrap and tarball took $((SECONDS - start))s ($(du -h "$tarball" | cut -f1))"
+	)
+}
+
 # start_minio DIR: start a MinIO server with its data in DIR
 # (scripts/minio.sh start, from the repository root) and export the AWS_*
 # variables that point lifeboat and the peer tools at it.
