@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -77,60 +76,26 @@ func StartEC2Mock(t testing.TB, bin string, port int, args ...string) EC2Mock {
 
 func startMock(t testing.TB, bin, dir string, m EC2Mock, port int, args []string) error {
 	t.Helper()
-	logf, err := os.Create(m.Log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
 	cmd := exec.Command(bin, append(append([]string(nil), args...), "--hostname", "127.0.0.1", "--port", strconv.Itoa(port))...)
 	// The mock reads $HOME/aemm-config.json when it exists: give it an
 	// empty home so that only args configure it.
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "HOME="+dir)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	stop := func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	}
 	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		select {
-		case <-exited:
-			b, _ := os.ReadFile(m.Log)
-			return fmt.Errorf("port %d: it exited: %s", port, tailLines(string(b), 5))
-		default:
-		}
+	err := startDaemon(t, cmd, m.Log, 30*time.Second, func() bool {
 		req, _ := http.NewRequest(http.MethodPut, m.Endpoint+"/latest/api/token", nil)
 		req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
-		if resp, err := client.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				t.Cleanup(func() {
-					stop()
-					if t.Failed() {
-						b, _ := os.ReadFile(m.Log)
-						t.Logf("amazon-ec2-metadata-mock log (%s):\n%s", m.Log, tailLines(string(b), 40))
-					}
-				})
-				return nil
-			}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false
 		}
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Millisecond):
-		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if err != nil {
+		return fmt.Errorf("port %d: %w", port, err)
 	}
-	stop()
-	return fmt.Errorf("port %d: no answer to a token request within 30s", port)
+	return nil
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.

@@ -21,7 +21,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -139,7 +138,7 @@ func StartKubeAPI(t testing.TB, b KubeBinaries) *KubeAPI {
 			"--cert-dir=" + filepath.Join(dir, "certs"),
 			"--profiling=false",
 		}
-		err = startDaemon(t, b.APIServer, args, k.Log, 120*time.Second, func() bool {
+		err = startDaemon(t, exec.Command(b.APIServer, args...), k.Log, 120*time.Second, func() bool {
 			code, _ := k.do(http.MethodGet, "/readyz", nil, nil)
 			return code == http.StatusOK
 		})
@@ -232,7 +231,7 @@ func startEtcd(t testing.TB, bin, dir string) (string, error) {
 		"--initial-cluster=test=" + peer,
 	}
 	hc := &http.Client{Timeout: time.Second}
-	err := startDaemon(t, bin, args, dir+".log", 60*time.Second, func() bool {
+	err := startDaemon(t, exec.Command(bin, args...), dir+".log", 60*time.Second, func() bool {
 		resp, err := hc.Get(client + "/health")
 		if err != nil {
 			return false
@@ -241,62 +240,6 @@ func startEtcd(t testing.TB, bin, dir string) (string, error) {
 		return resp.StatusCode == http.StatusOK
 	})
 	return client, err
-}
-
-// startDaemon runs bin with args, its output in logPath, until ready
-// returns true (within limit). It is stopped when the test ends.
-func startDaemon(t testing.TB, bin string, args []string, logPath string, limit time.Duration, ready func() bool) error {
-	t.Helper()
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	for deadline := time.Now().Add(limit); time.Now().Before(deadline); {
-		select {
-		case <-exited:
-			b, _ := os.ReadFile(logPath)
-			return fmt.Errorf("%s exited: %s", filepath.Base(bin), tailLines(string(b), 10))
-		default:
-		}
-		if ready() {
-			t.Cleanup(func() {
-				stop()
-				if t.Failed() {
-					b, _ := os.ReadFile(logPath)
-					t.Logf("%s log (%s):\n%s", filepath.Base(bin), logPath, tailLines(string(b), 30))
-				}
-			})
-			return nil
-		}
-		select {
-		case <-exited:
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	stop()
-	b, _ := os.ReadFile(logPath)
-	return fmt.Errorf("%s not ready within %s: %s", filepath.Base(bin), limit, tailLines(string(b), 10))
 }
 
 func randomToken(t testing.TB) string {
