@@ -55,18 +55,6 @@ work=
 minio_dir=
 timings=()
 
-pass() { passed=$((passed + 1)); printf 'ok   %s\n' "$*"; }
-fail() { failed=$((failed + 1)); printf 'FAIL %s\n' "$*"; }
-
-# expect WHAT GOT WANT: one check, counted.
-expect() {
-	if [ "$2" = "$3" ]; then
-		pass "$1 ($2)"
-	else
-		fail "$1: got '$2', want '$3'"
-	fi
-}
-
 finish() {
 	local rc=$?
 	set +e

@@ -100,15 +100,6 @@ API_DNAT=()
 CNI_CACHE_NEW=
 CURRENT=
 
-pass() { passed=$((passed + 1)); printf 'ok   %s\n' "$*"; }
-fail() { failed=$((failed + 1)); printf 'FAIL %s\n' "$*"; }
-expect() {
-	if [ "$2" = "$3" ]; then
-		pass "$1 ($2)"
-	else
-		fail "$1: got '$2', want '$3'"
-	fi
-}
 die() {
 	fail "$*"
 	exit 1
@@ -116,18 +107,6 @@ die() {
 
 kc() { "$K8S/kubectl" --kubeconfig "$W/admin.kubeconfig" "$@"; }
 ctr_() { ctr --address "$W/containerd/containerd.sock" "$@"; }
-
-free_port() {
-	local port
-	for _ in $(seq 100); do
-		port=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-			printf '%s\n' "$port"
-			return
-		fi
-	done
-	return 1
-}
 
 # wait_until SECONDS WHAT CMD...: polls CMD every half second.
 wait_until() {

@@ -102,6 +102,32 @@ debootstrap_tarball() {
 	)
 }
 
+# free_port prints a TCP port on 127.0.0.1 that nothing listens on now.
+free_port() {
+	local port
+	for _ in $(seq 100); do
+		port=$((20000 + RANDOM % 40000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			printf '%s\n' "$port"
+			return
+		fi
+	done
+	printf 'no free TCP port found on 127.0.0.1\n' >&2
+	return 1
+}
+
+# pass, fail and expect count the checks of an end-to-end script in the
+# caller's passed and failed. expect WHAT GOT WANT is one check.
+pass() { passed=$((${passed:-0} + 1)); printf 'ok   %s\n' "$*"; }
+fail() { failed=$((${failed:-0} + 1)); printf 'FAIL %s\n' "$*"; }
+expect() {
+	if [ "$2" = "$3" ]; then
+		pass "$1 ($2)"
+	else
+		fail "$1: got '$2', want '$3'"
+	fi
+}
+
 # start_minio DIR: start a MinIO server with its data in DIR
 # (scripts/minio.sh start, from the repository root) and export the AWS_*
 # variables that point lifeboat and the peer tools at it.

@@ -22,6 +22,8 @@ MC_VERSION=v0.0.0-20250313080218-cf909e1063a9
 CACHE=${LIFEBOAT_CACHE:-$HOME/.cache/lifeboat}
 BIN=$CACHE/bin
 
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh" # free_port; log and die are this script's own
 log() { printf 'minio.sh: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
@@ -59,19 +61,6 @@ install() {
 	built "$out" "$module" "$version" || die "$out does not report $module $version"
 	log "built $name in $((SECONDS - start))s"
 	printf '%s\n' "$out"
-}
-
-# free_port prints a TCP port on 127.0.0.1 that nothing listens on now.
-free_port() {
-	local port
-	for _ in $(seq 100); do
-		port=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-			printf '%s\n' "$port"
-			return
-		fi
-	done
-	die "no free port found"
 }
 
 # random_word N: N lower-case hex characters after a letter prefix, so the
