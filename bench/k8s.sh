@@ -22,6 +22,11 @@
 #   restore                resume.restored's own seconds
 #   load                   resume.restored to the trainer's "resumed from"
 # (the pod's creation and scheduling times are whole seconds: the API's).
+# Each run also times the same preemption with a bare shell as the trainer
+# container's PID 1 (no lifeboat, nothing saved or restored: the scenario
+# `bench-bare`), from the urgent pod's creation to the replacement's shell
+# running; the last line gives lifeboat's share as the difference of the
+# medians.
 # Prints one line per run and the medians. Not a test: nothing fails on a
 # slow number. LIFEBOAT_K8S_REUSE_IMAGES=1 as for scripts/k8s-e2e.sh.
 set -euo pipefail
@@ -29,11 +34,15 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 runs=${1:-5}
 scenarios=()
-for ((i = 0; i < runs; i++)); do scenarios+=(bench); done
+for ((i = 0; i < runs; i++)); do scenarios+=(bench bench-bare); done
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-scripts/k8s-e2e.sh "${scenarios[@]}" | tee "$out" | grep '^k8s-bench:'
+scripts/k8s-e2e.sh "${scenarios[@]}" | tee "$out" | grep '^k8s-bench'
 echo "machine: $(nproc) cores, $(uname -r)"
 awk "$AWK_MEDIAN"'
 /^k8s-bench:/ { runs++; for (i = 2; i <= NF; i++) { split($i, kv, "="); sub(/s$/, "", kv[2]); v[kv[1]] = v[kv[1]] " " kv[2]; if (!(kv[1] in seen)) { seen[kv[1]] = 1; order[++n] = kv[1] } } }
 END { printf "median of %d runs:", runs; for (i = 1; i <= n; i++) printf " %s=%.3fs", order[i], median(v[order[i]]); print "" }' "$out"
+awk "$AWK_MEDIAN"'
+/^k8s-bench-bare:/ { sub(/^total=/, "", $2); sub(/s$/, "", $2); v = v " " $2; n++ }
+/^k8s-bench:/ { for (i = 2; i <= NF; i++) if ($i ~ /^total=/) { t = $i; sub(/^total=/, "", t); sub(/s$/, "", t); w = w " " t } }
+END { if (n) printf "bare shell trainer, median of %d runs: total=%.3fs; with lifeboat: total=%.3fs; lifeboat adds %.3fs\n", n, median(v), median(w), median(w) - median(v) }' "$out"

@@ -70,8 +70,9 @@
 # as they are (scripts/test.sh has just built them); otherwise
 # scripts/docker-build.sh builds lifeboat:dev and the trainer image is
 # rebuilt from it. LIFEBOAT_K8S_KEEP=1 leaves the temporary directory.
-# The last line is `k8s-e2e: N passed, N failed`. The scenario `bench`
-# (bench/k8s.sh) is not a test: it times one preemption, step by step.
+# The last line is `k8s-e2e: N passed, N failed`. The scenarios `bench`
+# and `bench-bare` (bench/k8s.sh) are not tests: they time one preemption,
+# with lifeboat step by step, and with a bare shell trainer as a baseline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -578,6 +579,11 @@ for d in docs:
             set_env(c, k, v)
         if "trainer_args" in opts:
             args[:] = opts["trainer_args"] + args[args.index("train.py") + 1:]
+        if opts.get("bare"):
+            # A baseline without lifeboat: a shell is PID 1, says it runs
+            # and exits 143 on SIGTERM; nothing is saved or restored.
+            c["command"] = ["/bin/sh", "-c", "trap \"exit 143\" TERM; echo \"trainer: no checkpoint (bare shell)\"; while :; do sleep 0.2; done"]
+            c["args"] = []
 json.dump(doc, sys.stdout)
 '
 
@@ -1145,6 +1151,33 @@ bench() {
 	PY
 }
 
+# bench_bare NS: not a test (bench/k8s.sh runs it): the baseline of bench,
+# the same preemption with a bare shell as the trainer container's PID 1
+# (no lifeboat, no checkpoint), timed from the urgent pod's creation to the
+# replacement's shell running.
+bench_bare() {
+	local ns=$1 t0 p1 p2 uid
+	gpus 1
+	apply_job "$ns" job.yaml '{"bare": true}'
+	wait_until 60 "the first pod" has_pod "$ns" 1 || die "[$ns] the Job made no pod"
+	p1=$(nth_pod "$ns" 1)
+	wait_until 120 "$p1's shell to start" trainer_started "$ns" "$p1" || die "[$ns] $p1's shell did not start"
+	t0=$(date +%s.%N)
+	urgent "$ns" urgent 1
+	wait_until 120 "a replacement pod" has_pod "$ns" 2 || die "[$ns] the Job made no replacement"
+	p2=$(nth_pod "$ns" 2)
+	wait_until 120 "$p2's shell to start" trainer_started "$ns" "$p2" || die "[$ns] $p2's shell did not start"
+	keep_logs
+	uid=$(ls -d "$W/keep/${ns}_${p2}_"* | head -n 1)
+	python3 - "$t0" "$(grep -h ' stdout [FP] trainer: no checkpoint' "$uid"/trainer/*.log | head -n 1 | cut -d' ' -f1)" <<-'PY'
+		import datetime, sys
+		d, _, frac = sys.argv[2].rstrip("Z").partition(".")
+		t = datetime.datetime.strptime(d, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.timezone.utc).timestamp()
+		print("k8s-bench-bare: total=%.3fs" % (t + float("0." + (frac or "0")) - float(sys.argv[1])))
+	PY
+	kc delete job -n "$ns" train-example --wait=false >/dev/null
+}
+
 # --- main ------------------------------------------------------------------
 
 t0=$SECONDS
@@ -1200,6 +1233,11 @@ for sc in "${SCENARIOS[@]}"; do
 		bench_runs=$((${bench_runs:-0} + 1))
 		new_ns "sc-bench-$bench_runs" "bench: preemption to resumed trainer, timed"
 		bench "sc-bench-$bench_runs"
+		;;
+	bench-bare)
+		bare_runs=$((${bare_runs:-0} + 1))
+		new_ns "sc-bare-$bare_runs" "bench: the same preemption with a bare shell trainer, timed"
+		bench_bare "sc-bare-$bare_runs"
 		;;
 	*) die "unknown scenario $sc" ;;
 	esac
