@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/internal/testenv"
-	schedulingv1 "k8s.io/api/scheduling/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -89,10 +88,8 @@ func TestKueueManifests(t *testing.T) {
 
 	// The tiers are deploy/k8s's PriorityClasses, except the non-preempting
 	// twin of long-training, which Kueue expresses per ClusterQueue.
-	objs := decodeAll(t)
-	for _, o := range objs {
-		pc, ok := o.obj.(*schedulingv1.PriorityClass)
-		if !ok || pc.PreemptionPolicy != nil && *pc.PreemptionPolicy == "Never" {
+	for _, pc := range loadManifests(t).priorities {
+		if pc.PreemptionPolicy != nil && *pc.PreemptionPolicy == "Never" {
 			continue
 		}
 		if v, ok := wpc[pc.Name]; !ok || v != int64(pc.Value) {
@@ -103,28 +100,6 @@ func TestKueueManifests(t *testing.T) {
 	for name := range wpc {
 		t.Errorf("WorkloadPriorityClass %s has no PriorityClass in deploy/k8s", name)
 	}
-}
-
-// decodeAll decodes every manifest of deploy/k8s.
-func decodeAll(t *testing.T) []object {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(manifestDir, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests in %s (%v)", manifestDir, err)
-	}
-	var all []object
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs, err := decodeManifest(f, b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, objs...)
-	}
-	return all
 }
 
 func kueuePath(api *testenv.KubeAPI, resource string, namespaced bool) string {
