@@ -84,27 +84,9 @@ func restat(dir string, f localFile) (localFile, error) {
 		return f, fmt.Errorf("checkpoint: upload %s: %w", f.abs, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return f, fmt.Errorf("checkpoint: upload %s: it was replaced by a %s while it was uploaded: %w", f.abs, typeName(fi.Mode()), ErrChanged)
+		return f, fmt.Errorf("checkpoint: upload %s: it was replaced by a %s while it was uploaded: %w", f.abs, format.FileType(fi.Mode()), ErrChanged)
 	}
 	return newLocalFile(dir, f.rel, fi), nil
-}
-
-func typeName(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeSymlink != 0:
-		return "symlink"
-	case m&fs.ModeNamedPipe != 0:
-		return "fifo"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	case m&fs.ModeCharDevice != 0:
-		return "char device"
-	case m&fs.ModeDevice != 0:
-		return "block device"
-	case m.IsDir():
-		return "directory"
-	}
-	return "irregular file"
 }
 
 // openBeneath opens the file rel under dir for reading without following a

@@ -347,7 +347,7 @@ func (u *Uploader) plan(ctx context.Context, dir string, paths []string, target 
 	for _, rel := range skipped {
 		typ := "entry that is gone"
 		if fi, err := os.Lstat(filepath.Join(dir, filepath.FromSlash(rel))); err == nil {
-			typ = typeName(fi.Mode())
+			typ = format.FileType(fi.Mode())
 		}
 		run.log.Warn("checkpoint.skipped_special", "path", rel, "type", typ)
 	}

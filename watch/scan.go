@@ -98,20 +98,3 @@ func scanDir(dir, marker string, exclude []string) (listing, error) {
 	}
 	return l, nil
 }
-
-// typeName names a special file's type for the log.
-func typeName(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeSymlink != 0:
-		return "symlink"
-	case m&fs.ModeNamedPipe != 0:
-		return "fifo"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	case m&fs.ModeCharDevice != 0:
-		return "char device"
-	case m&fs.ModeDevice != 0:
-		return "block device"
-	}
-	return "irregular file"
-}

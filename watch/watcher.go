@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"time"
+
+	"github.com/lifeboat-project/lifeboat/format"
 )
 
 // Config says what to watch. Zero fields take the defaults.
@@ -266,7 +268,7 @@ func (w *Watcher) logSpecials(l listing, present map[string]bool) {
 		if g == nil {
 			g = newGrouper(l.markers, w.cfg.StepPattern)
 		}
-		attrs := []any{"path", s.path, "type", typeName(s.mode)}
+		attrs := []any{"path", s.path, "type", format.FileType(s.mode)}
 		if id := g.of(s.path).ID; present[id] {
 			attrs = append(attrs, "id", id)
 		}
