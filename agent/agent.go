@@ -388,7 +388,7 @@ func (a *Agent) upload(ctx context.Context, r watch.Ready, p pass) error {
 	a.mu.Unlock()
 	a.cfg.Log.Info("checkpoint.committed", "id", r.ID, "step", r.Step, "rank", a.cfg.Rank, "files", res.Files, "bytes", res.Bytes,
 		"reused_files", res.ReusedFiles, "uploaded_bytes", res.UploadedBytes, "deduped_bytes", res.DedupedBytes, "seconds", el.Seconds(),
-		"already_committed", res.AlreadyCommitted, "manifest", res.Key)
+		"already_committed", res.AlreadyCommitted, "manifest_id", res.Manifest.ID, "manifest", res.Key)
 	a.emit(Event{Kind: EventCommitted, Step: r.Step, Bytes: res.Bytes, Seconds: el.Seconds(), Saved: r.LastChange(), Final: p == final})
 	if p == background && a.cfg.Keep > 0 && a.cfg.Rank == 0 {
 		_, err := checkpoint.Prune(ctx, a.cfg.Uploader.Store, checkpoint.PruneOptions{

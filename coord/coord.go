@@ -276,7 +276,7 @@ func (c *Coordinator) watch(ctx context.Context) {
 	now := c.cfg.Now()
 	c.phase, c.since, c.job = stopping, now, s
 	c.setJoined(s)
-	c.cfg.Log.Warn("coord.stop_seen", "id", s.ID, "from_rank", s.Rank, "host", s.Host, "reason", s.Reason,
+	c.cfg.Log.Warn("coord.stop_seen", "stop_id", s.ID, "from_rank", s.Rank, "host", s.Host, "reason", s.Reason,
 		"age", now.Sub(s.Written).Round(time.Millisecond).String(),
 		"effect", "stopping as on preemption: the trainer gets the notice signal and this rank's own grace")
 	c.writeStopFile(nil)
@@ -332,7 +332,7 @@ func (c *Coordinator) writeOwn(ctx context.Context) {
 	}
 	c.ownStored = true
 	close(c.stored)
-	args := []any{"id", c.own.ID, "rank", c.own.Rank, "host", c.own.Host, "reason", c.own.Reason}
+	args := []any{"stop_id", c.own.ID, "rank", c.own.Rank, "host", c.own.Host, "reason", c.own.Reason}
 	if !c.own.Deadline.IsZero() {
 		// One time format in every log line: RFC 3339, UTC, milliseconds.
 		args = append(args, "deadline", c.own.Deadline.UTC().Format("2006-01-02T15:04:05.999Z07:00"))
@@ -358,7 +358,7 @@ func (c *Coordinator) readRequest(ctx context.Context) {
 		return
 	}
 	c.req, c.hasReq = r.Step, true
-	c.cfg.Log.Info("coord.stop_step_asked", "step", r.Step, "id", c.job.ID)
+	c.cfg.Log.Info("coord.stop_step_asked", "step", r.Step, "stop_id", c.job.ID)
 	c.agree(ctx)
 }
 
@@ -430,7 +430,7 @@ func (c *Coordinator) agree(ctx context.Context) {
 // finish tells the trainer the step.
 func (c *Coordinator) finish(a Agreed, id string) {
 	c.phase = agreed
-	args := []any{"step", a.Step, "id", id, "reported", a.Reported, "world_size", a.WorldSize, "how", a.How, "decided_by", a.Rank}
+	args := []any{"step", a.Step, "stop_id", id, "reported", a.Reported, "world_size", a.WorldSize, "how", a.How, "decided_by", a.Rank}
 	if a.How == "alone: the store did not answer" {
 		c.cfg.Log.Warn("coord.stop_step_alone", append(args, "effect", "the other ranks may save another step; one that is not saved by every rank is not complete")...)
 	} else {

@@ -312,7 +312,7 @@ func (r *Reporter) off(feature string, err error, why string) {
 	}
 	var ae *APIError
 	errors.As(err, &ae)
-	args := []any{"feature", feature, "pod", r.c.cfg.PodRef(), "code", ae.Code, "err", err.Error(),
+	args := []any{"feature", feature, "pod", r.c.cfg.PodRef(), "http_status", ae.Code, "err", err.Error(),
 		"effect", "lifeboat goes on without " + feature + " on its pod; training is not affected"}
 	switch ae.Code {
 	case 401:

@@ -925,8 +925,8 @@ preempt() {
 		"$(phase "$ns" "$p2")/$(condition "$ns" "$p2" PodScheduled reason)" Pending/Unschedulable
 	wait_until 90 "the urgent pod to end" phase_is "$ns" urgent Succeeded || fail "[$ns] the urgent pod did not end"
 	wait_until 120 "$p2's trainer to start" trainer_started "$ns" "$p2" || die "[$ns] $p2's trainer did not start"
-	expect "[$ns] $p2 restored the newest checkpoint (resume.restored step id = lifeboat ls)" \
-		"$(last_field "$ns" "$p2" "$rs" resume.restored step) $(last_field "$ns" "$p2" "$rs" resume.restored id)" "$stored"
+	expect "[$ns] $p2 restored the newest checkpoint (resume.restored step manifest_id = lifeboat ls)" \
+		"$(last_field "$ns" "$p2" "$rs" resume.restored step) $(last_field "$ns" "$p2" "$rs" resume.restored manifest_id)" "$stored"
 	expect "[$ns] $p2's trainer resumed at the step saved at the stop" "$(resumed_step "$ns" "$p2")" "$step"
 	wait_until 240 "the Job to complete" job_condition "$ns" "$job" Complete || die "[$ns] the Job did not complete"
 	pass "[$ns] the Job completed"
@@ -1016,7 +1016,7 @@ slow_save() {
 	p2=$(nth_pod "$ns" 2)
 	wait_until 120 "$p2's trainer to start" trainer_started "$ns" "$p2" || die "[$ns] $p2's trainer did not start"
 	expect "[$ns] $p2 restored the previous committed checkpoint" \
-		"$(last_field "$ns" "$p2" trainer resume.restored step) $(last_field "$ns" "$p2" trainer resume.restored id)" "$stored"
+		"$(last_field "$ns" "$p2" trainer resume.restored step) $(last_field "$ns" "$p2" trainer resume.restored manifest_id)" "$stored"
 	expect "[$ns] $p2's trainer resumed at that step" "$(resumed_step "$ns" "$p2")" "$committed_step"
 	kc delete job -n "$ns" train-example --wait=false >/dev/null
 }
@@ -1095,7 +1095,7 @@ restoring() {
 	p3=$(nth_pod "$ns" 3)
 	wait_until 120 "$p3's trainer to start" trainer_started "$ns" "$p3" || die "[$ns] $p3's trainer did not start"
 	expect "[$ns] $p3 restored the committed checkpoint" \
-		"$(last_field "$ns" "$p3" trainer resume.restored step) $(last_field "$ns" "$p3" trainer resume.restored id)" "$stored"
+		"$(last_field "$ns" "$p3" trainer resume.restored step) $(last_field "$ns" "$p3" trainer resume.restored manifest_id)" "$stored"
 	kc delete job -n "$ns" train-example --wait=false >/dev/null
 }
 

@@ -228,6 +228,7 @@ func TestPreemptAndResume(t *testing.T) {
 				}
 				tr2.signal(syscall.SIGTERM)
 				tr2.wait()
+				checkManifestIDs(t, entries, latest, tr.stderr.String(), tr2.stderr.String())
 				// Credentials never reach a log line.
 				for _, kv := range env {
 					k, v, _ := strings.Cut(kv, "=")
@@ -241,6 +242,39 @@ func TestPreemptAndResume(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// checkManifestIDs: the manifest id that `lifeboat ls` shows for step is
+// the one the commit was logged with (checkpoint.committed's manifest_id)
+// and the one the restore was logged with (resume.restored's manifest_id),
+// so a user can follow one checkpoint from its commit to its restore.
+func checkManifestIDs(t *testing.T, entries []lsEntry, step int64, commitLog, restoreLog string) {
+	t.Helper()
+	var ids []string
+	for _, e := range entries {
+		if e.Step == step {
+			ids = e.IDs
+		}
+	}
+	if len(ids) != 1 {
+		t.Fatalf("lifeboat ls shows ids %v for step %d, want one", ids, step)
+	}
+	committed := false
+	for _, c := range logLines(commitLog, "checkpoint.committed") {
+		if c["step"] == float64(step) {
+			committed = true
+			if c["manifest_id"] != ids[0] {
+				t.Errorf("checkpoint.committed of step %d: manifest_id %v, want %s (lifeboat ls)", step, c["manifest_id"], ids[0])
+			}
+		}
+	}
+	if !committed {
+		t.Errorf("no checkpoint.committed line for step %d", step)
+	}
+	r := logLines(restoreLog, "resume.restored")
+	if len(r) != 1 || r[0]["manifest_id"] != ids[0] {
+		t.Errorf("resume.restored lines %v, want one with manifest_id %s (lifeboat ls)", r, ids[0])
 	}
 }
 

@@ -184,7 +184,7 @@ func (j *jobStop) exit(err error, cfg supervisor.Config) error {
 	}
 	was := ee.Code
 	ee.Code = code
-	j.log.Warn("coord.exit_as_preemption", "code", code, "trainer_code", was, "id", s.ID, "from_rank", s.Rank, "reason", s.Reason,
+	j.log.Warn("coord.exit_as_preemption", "code", code, "trainer_code", was, "stop_id", s.ID, "from_rank", s.Rank, "reason", s.Reason,
 		"effect", "the Job retries every rank (in a job-wide stop a trainer blocked in a collective is SIGKILLed at its grace deadline)")
 	appendTerminationLog(cfg, fmt.Sprintf("lifeboat: exit code %d, not %d: part of a job-wide stop (rank %d: %s)", code, was, s.Rank, s.Reason), j.log)
 	return ee

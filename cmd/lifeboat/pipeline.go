@@ -132,7 +132,7 @@ func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro ran
 	writeResumeFile(dir, r, log)
 	el := time.Since(t0)
 	log.Info("resume.restored", "step", res.Step, "rank", ro.rank, "files", res.Files, "bytes", res.Bytes,
-		"seconds", el.Seconds(), "mb_per_s", float64(res.Bytes)/1e6/max(el.Seconds(), 1e-9), "dir", r.Dir, "id", r.ID)
+		"seconds", el.Seconds(), "mb_per_s", float64(res.Bytes)/1e6/max(el.Seconds(), 1e-9), "dir", r.Dir, "manifest_id", r.ID)
 	return r, nil
 }
 
