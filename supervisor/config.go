@@ -120,9 +120,19 @@ type Config struct {
 	// it. It runs in the supervision loop and must not block.
 	OnReap func(pid int, status unix.WaitStatus, at time.Time)
 	// BeforeKill, when set, runs just before the trainer's tree is
-	// SIGKILLed (the grace deadline, or a second SIGINT): a file still open
-	// for writing then is an interrupted save. It must not block.
-	BeforeKill func()
+	// SIGKILLed (the grace deadline, or a second SIGINT), told when: a file
+	// still open for writing then is an interrupted save. It must not
+	// block.
+	BeforeKill func(at time.Time)
+	// JobWideStop, when set, is asked once, after AfterExit, when the
+	// trainer was SIGKILLed during a stop: it names the job-wide stop this
+	// lifeboat took part in ("rank 1: SIGTERM"), or returns "" when the
+	// stop was this pod's alone. A trainer blocked in a collective whose
+	// peer has gone can only be stopped that way, so with a name lifeboat
+	// exits with PreemptExitCode instead of 137 (unless PreemptChild), and
+	// the Job retries every rank instead of counting a failure. It must
+	// not block.
+	JobWideStop func() string
 }
 
 // Memory is what the supervisor needs of the trainer's memory cgroup.

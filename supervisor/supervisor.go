@@ -530,10 +530,10 @@ func (l *loop) descendants() []int {
 // so every one of them is still there to be sent its own SIGKILL and
 // counted; later rounds only kill processes not sent one before.
 func (l *loop) killTree() {
-	if l.cfg.BeforeKill != nil {
-		l.cfg.BeforeKill()
-	}
 	l.killedAt = time.Now()
+	if l.cfg.BeforeKill != nil {
+		l.cfg.BeforeKill(l.killedAt)
+	}
 	l.kill.stop()
 	l.killWait.set(killWait)
 	left := l.descendants()
@@ -567,6 +567,10 @@ func (l *loop) finish() error {
 	if l.flushErr != nil && code == 0 {
 		code = CodeFlushFailed
 	}
+	jobWide := l.jobWideStop()
+	if jobWide != "" {
+		code = l.cfg.PreemptExitCode
+	}
 	var msg string
 	switch {
 	case !l.childDone:
@@ -583,6 +587,9 @@ func (l *loop) finish() error {
 	if !l.killedAt.IsZero() {
 		msg += "; processes still running at the grace deadline were killed"
 	}
+	if jobWide != "" {
+		msg += fmt.Sprintf("; part of a job-wide stop (%s), so a preemption", jobWide)
+	}
 	if l.restarts > 0 {
 		msg += fmt.Sprintf("; after %d restarts", l.restarts)
 	}
@@ -598,28 +605,19 @@ func (l *loop) finish() error {
 	return &ExitError{Status: l.childStatus, Started: true, Preempted: preempted, Code: code}
 }
 
-// writeTerminationLog writes msg as one line where Kubernetes reads the
-// reason a container stopped. Failure is logged, never fatal.
+// jobWideStop names the job-wide stop that makes a trainer SIGKILLed
+// during a stop a preemption (Config.JobWideStop); "" when it is not one.
+func (l *loop) jobWideStop() string {
+	ws := l.childStatus
+	if !l.childDone || !l.stopping || l.killedAt.IsZero() || !ws.Signaled() || ws.Signal() != unix.SIGKILL ||
+		l.cfg.JobWideStop == nil || l.cfg.PreemptExitCode == PreemptChild {
+		return ""
+	}
+	return l.cfg.JobWideStop()
+}
+
 func (l *loop) writeTerminationLog(msg string) {
-	path := l.cfg.TerminationLog
-	if path == "" {
-		return
-	}
-	flags := os.O_WRONLY | os.O_TRUNC
-	if l.cfg.TerminationLogCreate {
-		flags |= os.O_CREATE
-	}
-	f, err := os.OpenFile(path, flags, 0o644)
-	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) || l.cfg.TerminationLogCreate {
-			l.cfg.Log.Warn("supervisor.termination_log_failed", "path", path, "err", err)
-		}
-		return
-	}
-	defer f.Close()
-	if _, err := fmt.Fprintln(f, msg); err != nil {
-		l.cfg.Log.Warn("supervisor.termination_log_failed", "path", path, "err", err)
-	}
+	WriteTerminationLog(l.cfg.TerminationLog, l.cfg.TerminationLogCreate, msg, l.cfg.Log)
 }
 
 // subscribe relays every signal to the returned channel for the rest of the

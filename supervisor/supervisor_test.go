@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -322,7 +323,7 @@ func TestReapAndKillHooks(t *testing.T) {
 					reaped = append(reaped, ws)
 				}
 			},
-			BeforeKill: func() {
+			BeforeKill: func(time.Time) {
 				mu.Lock()
 				defer mu.Unlock()
 				aliveAtKill = unix.Kill(pid, 0) == nil
@@ -370,4 +371,65 @@ func findChild(t *testing.T, comm string) int {
 	}
 	t.Fatalf("no child named %s", comm)
 	return 0
+}
+
+// TestJobWideStop: a trainer SIGKILLed at the grace deadline of a stop
+// exits 137, unless JobWideStop names a job-wide stop: then lifeboat exits
+// with the preemption code, says so in the termination log and in
+// supervisor.exit, and JobWideStop is asked once. With PreemptChild, or a
+// trainer that exits at the stop, it is not asked.
+func TestJobWideStop(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		script   string
+		answer   string
+		preempt  int
+		want     int
+		asked    int
+		inTermLg string
+	}{
+		{"job-wide", `trap '' TERM`, "rank 1: SIGTERM", 0, 143, 1, "part of a job-wide stop (rank 1: SIGTERM), so a preemption; exit code 143"},
+		{"this pod's alone", `trap '' TERM`, "", 0, 137, 1, "; exit code 137"},
+		{"own preemption code", `trap '' TERM`, "rank 0: SIGTERM", 99, 99, 1, "; exit code 99"},
+		{"the child's code", `trap '' TERM`, "rank 1: SIGTERM", PreemptChild, 137, 0, "; exit code 137"},
+		{"trainer exits at the stop", `trap 'exit 0' TERM`, "rank 1: SIGTERM", 0, 143, 0, "; exit code 143"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ready, tlog := filepath.Join(dir, "ready"), filepath.Join(dir, "termination-log")
+			logs := &logBuffer{}
+			in := make(chan os.Signal, 1)
+			var asked atomic.Int32
+			done := make(chan error, 1)
+			go func() {
+				done <- Run(context.Background(), Config{
+					Argv:    []string{"sh", "-c", tc.script + `; touch "$0"; while :; do sleep 0.05; done`, ready},
+					Signals: in, Grace: 300 * time.Millisecond, PreemptExitCode: tc.preempt,
+					Log: logs.logger(), TerminationLog: tlog, TerminationLogCreate: true,
+					JobWideStop: func() string { asked.Add(1); return tc.answer },
+				})
+			}()
+			waitFile(t, ready)
+			in <- unix.SIGTERM
+			err := waitRun(t, done, logs)
+			var ee *ExitError
+			if !errors.As(err, &ee) || ee.Code != tc.want {
+				t.Fatalf("Run = %v, want exit code %d", err, tc.want)
+			}
+			if n := asked.Load(); int(n) != tc.asked {
+				t.Errorf("JobWideStop asked %d times, want %d", n, tc.asked)
+			}
+			b, _ := os.ReadFile(tlog)
+			if !strings.Contains(string(b), tc.inTermLg) || strings.Count(string(b), "\n") != 1 {
+				t.Errorf("termination log %q, want one line with %q", b, tc.inTermLg)
+			}
+			if jobWide := tc.want != 137 && tc.asked == 1; strings.Contains(string(b), "job-wide") != jobWide {
+				t.Errorf("termination log %q: mentions the job-wide stop %v, want %v", b, !jobWide, jobWide)
+			}
+			want := fmt.Sprintf(`"msg":"supervisor.exit","code":%d,`, tc.want)
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("log has no %s; log:\n%s", want, logs.String())
+			}
+		})
+	}
 }

@@ -51,18 +51,19 @@ func (d *coordInterval) Set(s string) error {
 
 // jobStop is one lifeboat's part in the job-wide stop.
 type jobStop struct {
-	c      *coord.Coordinator
-	log    *slog.Logger
-	notice atomic.Pointer[supervisor.Notice] // the last cloud notice relayed
-	end    atomic.Int64                      // the grace budget's end (Unix ns); 0 before a stop
+	c          *coord.Coordinator
+	log        *slog.Logger
+	stops      []unix.Signal                     // the stop signals, for the reason
+	maxRuntime time.Duration                     // --max-runtime, for the reason
+	notice     atomic.Pointer[supervisor.Notice] // the last cloud notice relayed
 }
 
 // start wires the job-wide stop into cfg when it applies (a store, more
 // than one rank, --coord-interval above 0) and returns nil when it does
-// not: a stop that begins here (OnStop's first call) writes a stop record,
-// and another rank's record arrives as a notice with no deadline of its
-// own, so this rank's grace applies. The trainer learns of the stop file
-// through LIFEBOAT_STOP_FILE.
+// not: another rank's record arrives as a notice with no deadline of its
+// own, so this rank's grace applies, and the trainer learns of the stop
+// file through LIFEBOAT_STOP_FILE. A stop that begins here is written by
+// begin.
 func (o *coordOptions) start(ctx context.Context, cfg *supervisor.Config, p *pipeline) (*jobStop, error) {
 	if p == nil || p.ranks.worldSize < 2 || o.interval == 0 {
 		return nil, nil
@@ -73,19 +74,21 @@ func (o *coordOptions) start(ctx context.Context, cfg *supervisor.Config, p *pip
 	if err != nil {
 		return nil, err
 	}
-	j := &jobStop{c: c, log: cfg.Log}
+	j := &jobStop{c: c, log: cfg.Log, stops: cfg.StopSignals, maxRuntime: cfg.MaxRuntime}
 	go c.Run(ctx)
 	cfg.Notices = j.merge(ctx, cfg.Notices)
-	onStop, stops, maxRuntime := cfg.OnStop, cfg.StopSignals, cfg.MaxRuntime
-	cfg.OnStop = func(end time.Time) {
-		if onStop != nil {
-			onStop(end)
-		}
-		j.end.Store(end.UnixNano())
-		c.Begin(j.reason(stops, maxRuntime), end) // only the first call counts
-	}
 	cfg.Env = supervisor.MergeEnv(cfg.Env, []string{"LIFEBOAT_STOP_FILE=" + filepath.Join(p.dir, coord.StopFile)})
 	return j, nil
+}
+
+// begin writes the stop record of a stop that begins on this rank (a
+// signal, a notice, the maximum runtime), for the other ranks to follow;
+// only the first call counts. It is the supervisor's OnStop.
+func (j *jobStop) begin(end time.Time) {
+	if j == nil {
+		return
+	}
+	j.c.Begin(j.reason(), end)
 }
 
 // merge relays the cloud notices (recording the last, for the reason) and
@@ -123,15 +126,15 @@ func (j *jobStop) merge(ctx context.Context, cloud <-chan supervisor.Notice) <-c
 
 // reason says why the stop that begins now began: a cloud notice, a stop
 // signal, the maximum runtime, or lifeboat's own context.
-func (j *jobStop) reason(stops []unix.Signal, maxRuntime time.Duration) string {
+func (j *jobStop) reason() string {
 	if n := j.notice.Load(); n != nil {
 		return n.Source + " preemption notice"
 	}
-	if sig := lastStopSignal(startup, stops); sig != 0 {
+	if sig := lastStopSignal(startup, j.stops); sig != 0 {
 		return "SIG" + signals.Name(sig)
 	}
-	if maxRuntime > 0 && time.Since(processStarted) >= maxRuntime {
-		return fmt.Sprintf("max runtime %s reached", maxRuntime)
+	if j.maxRuntime > 0 && time.Since(processStarted) >= j.maxRuntime {
+		return fmt.Sprintf("max runtime %s reached", j.maxRuntime)
 	}
 	return "lifeboat was asked to stop"
 }
@@ -151,64 +154,33 @@ func lastStopSignal(e *earlySignals, stops []unix.Signal) unix.Signal {
 	return 0
 }
 
-// exit makes a trainer SIGKILLed during a job-wide stop a preemption:
-// lifeboat exits with the preemption code (143), not 137. A rank blocked
-// in a collective whose peer is gone can only be stopped that way, and the
-// Job must retry the whole gang instead of counting a failure.
-//
-// It first waits, until the grace budget ends, for a stop record this
-// rank is writing: the other ranks must see it even when lifeboat is done
-// a moment after its stop began.
-func (j *jobStop) exit(err error, cfg supervisor.Config) error {
+// settle waits, until ctx ends (the grace budget's, less lifeboat's exit
+// margin), for a stop record this rank is writing: the other ranks must
+// see it even when lifeboat is done a moment after its stop began.
+func (j *jobStop) settle(ctx context.Context) {
 	if j == nil {
-		return err
+		return
 	}
-	if end := j.end.Load(); end != 0 {
-		ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, end).Add(-supervisor.ExitMargin))
-		if serr := j.c.Settle(ctx); serr != nil {
-			j.log.Warn("coord.stop_not_stored", "err", serr, "effect", "the other ranks are not stopped through the store")
-		}
-		cancel()
+	if err := j.c.Settle(ctx); err != nil {
+		j.log.Warn("coord.stop_not_stored", "err", err, "effect", "the other ranks are not stopped through the store")
 	}
-	s, joined := j.c.Joined()
-	var ee *supervisor.ExitError
-	if !joined || !errors.As(err, &ee) || !ee.Started || !ee.Preempted || !ee.Status.Signaled() || ee.Status.Signal() != unix.SIGKILL {
-		return err
-	}
-	code := cfg.PreemptExitCode
-	switch code {
-	case supervisor.PreemptChild:
-		return err
-	case 0:
-		code = supervisor.DefaultPreemptExitCode
-	}
-	was := ee.Code
-	ee.Code = code
-	j.log.Warn("coord.exit_as_preemption", "code", code, "trainer_code", was, "stop_id", s.ID, "from_rank", s.Rank, "reason", s.Reason,
-		"effect", "the Job retries every rank (in a job-wide stop a trainer blocked in a collective is SIGKILLed at its grace deadline)")
-	appendTerminationLog(cfg, fmt.Sprintf("lifeboat: exit code %d, not %d: part of a job-wide stop (rank %d: %s)", code, was, s.Rank, s.Reason), j.log)
-	return ee
 }
 
-// appendTerminationLog adds a line to the termination log the supervisor
-// wrote.
-func appendTerminationLog(cfg supervisor.Config, line string, log *slog.Logger) {
-	if cfg.TerminationLog == "" {
-		return
+// joined names the job-wide stop this rank took part in ("rank 1:
+// SIGTERM"), "" when there was none: the supervisor's JobWideStop, asked
+// when the trainer was SIGKILLed during a stop. A rank blocked in a
+// collective whose peer is gone can only be stopped that way, and the
+// Job must retry the whole gang instead of counting a failure, so
+// lifeboat then exits with the preemption code, not 137.
+func (j *jobStop) joined() string {
+	if j == nil {
+		return ""
 	}
-	flags := os.O_WRONLY | os.O_APPEND
-	if cfg.TerminationLogCreate {
-		flags |= os.O_CREATE
+	s, ok := j.c.Joined()
+	if !ok {
+		return ""
 	}
-	f, err := os.OpenFile(cfg.TerminationLog, flags, 0o644)
-	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) || cfg.TerminationLogCreate {
-			log.Warn("supervisor.termination_log_failed", "path", cfg.TerminationLog, "err", err)
-		}
-		return
-	}
-	defer f.Close()
-	if _, err := fmt.Fprintln(f, line); err != nil {
-		log.Warn("supervisor.termination_log_failed", "path", cfg.TerminationLog, "err", err)
-	}
+	j.log.Warn("coord.exit_as_preemption", "stop_id", s.ID, "from_rank", s.Rank, "reason", s.Reason,
+		"effect", "lifeboat exits with the preemption code, and the Job retries every rank (in a job-wide stop a trainer blocked in a collective is SIGKILLed at its grace deadline)")
+	return fmt.Sprintf("rank %d: %s", s.Rank, s.Reason)
 }

@@ -218,28 +218,6 @@ func (o *kubeOptions) watch(p *pipeline) {
 	})
 }
 
-// wire chains the supervisor's hooks: when a stop begins, and what the
-// final upload did. Call it after everything else that sets them.
-func (o *kubeOptions) wire(cfg *supervisor.Config) {
-	if o.rec == nil {
-		return
-	}
-	rec, prev := o.rec, cfg.OnStop
-	cfg.OnStop = func(end time.Time) {
-		o.stopping(time.Now(), end)
-		if prev != nil {
-			prev(end)
-		}
-	}
-	if after := cfg.AfterExit; after != nil {
-		cfg.AfterExit = func(ctx context.Context, stopped bool) error {
-			err := after(ctx, stopped)
-			rec.Flushed(stopped, err)
-			return err
-		}
-	}
-}
-
 // stopping records that a stop began at at, with the grace budget ending
 // at end (the first call counts for the start, the last for the end).
 func (o *kubeOptions) stopping(at, end time.Time) {
@@ -250,8 +228,7 @@ func (o *kubeOptions) stopping(at, end time.Time) {
 	o.stopEnd.Store(end.UnixNano())
 }
 
-// flushed records the end of the final upload (the sidecar's; run's is
-// wired into AfterExit).
+// flushed records the end of the final upload.
 func (o *kubeOptions) flushed(stopped bool, err error) { o.rec.Flushed(stopped, err) }
 
 // close sends what is queued, best-effort, for at most kubeTimeout and

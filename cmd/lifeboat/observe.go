@@ -176,15 +176,15 @@ func feedMetrics(ctx context.Context, m *metrics.Metrics, p *pipeline, interval 
 // budget left (the whole --grace until a stop begins, then counting down to
 // its end), restarts by reason, OOM kills in the trainer's cgroup, and each
 // stop signal received, which is the pod's preemption notice (the kubelet's
-// TERM), counted with source "signal". It sets cfg.OnStop, so it runs
-// before anything that chains OnStop.
-func recordSupervision(cfg *supervisor.Config, m *metrics.Metrics) {
+// TERM), counted with source "signal". The grace clock it returns is to
+// be set when a stop begins (cfg.OnStop).
+func recordSupervision(cfg *supervisor.Config, m *metrics.Metrics) *graceClock {
 	gc := &graceClock{grace: cfg.Grace}
-	cfg.OnStop = gc.set
 	m.SetGraceBudgetLeft(gc.left)
 	cfg.OnRestart = m.IncRestart
 	cfg.OnOOMKill = m.IncOOMKill
 	cfg.OnStopSignal = func(unix.Signal) { m.IncNotice("signal") }
+	return gc
 }
 
 // graceClock tracks the end of the grace budget for the metric.

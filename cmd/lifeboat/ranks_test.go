@@ -322,6 +322,9 @@ func TestJobWideStop(t *testing.T) {
 				if r.code != 143 {
 					t.Errorf("rank %d exited %d, want 143 (a preemption: the Job retries the whole gang); stderr:\n%s", r.rank, r.code, tail(stderr))
 				}
+				if ex := logLines(stderr, "supervisor.exit"); len(ex) != 1 || ex[0]["code"] != float64(r.code) {
+					t.Errorf("rank %d exited %d, but logged supervisor.exit %v (the last line must give the real code)", r.rank, r.code, ex)
+				}
 				if r.rank == 1 {
 					if !jsonLogHas(stderr, "coord.stop_written", map[string]string{"rank": "1", "reason": "SIGTERM"}) {
 						t.Errorf("rank 1 did not log coord.stop_written with reason SIGTERM; stderr:\n%s", tail(stderr))

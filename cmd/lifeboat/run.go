@@ -253,17 +253,32 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 	if cfg.Notices, err = obs.watchNotices(bg, m, cfg.Log); err != nil {
 		return usageError{err}
 	}
-	recordSupervision(&cfg, m) // before coord.start, which chains OnStop
+	gc := recordSupervision(&cfg, m)
 	js, err := o.coord.start(bg, &cfg, p)
 	if err != nil {
 		return err
 	}
+	// What a stop reaches besides the trainer: the grace budget's metric,
+	// the other ranks (a job-wide stop) and the pod's annotations.
+	cfg.OnStop = func(end time.Time) {
+		gc.set(end)
+		js.begin(end)
+		o.kube.stopping(time.Now(), end)
+	}
 	if p != nil {
 		cfg.Reserve = p.agent.Reserve
 		cfg.BeforeRestart = p.beforeRestart
-		cfg.AfterExit = func(ctx context.Context, stopped bool) error { return p.agent.Flush(ctx) }
+		// The final upload, then the wait for this rank's stop record,
+		// both within the grace budget.
+		cfg.AfterExit = func(ctx context.Context, stopped bool) error {
+			err := p.agent.Flush(ctx)
+			o.kube.flushed(stopped, err)
+			js.settle(ctx)
+			return err
+		}
 		cfg.OnReap = p.reaped
-		cfg.BeforeKill = func() { p.agent.Killing(time.Now()) }
+		cfg.BeforeKill = p.agent.Killing
+		cfg.JobWideStop = js.joined
 		if p.resume != nil {
 			m.SetResume(p.resumeSource, p.resume.Step, p.resumeSeconds)
 		} else {
@@ -272,8 +287,7 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 		go p.agent.Run(bg)
 		go feedMetrics(bg, m, p, time.Second)
 	}
-	o.kube.wire(&cfg)
 	m.SetReady(true)
 	cfg.Signals = startup.handOff()
-	return js.exit(supervisor.Run(ctx, cfg), cfg)
+	return supervisor.Run(ctx, cfg)
 }

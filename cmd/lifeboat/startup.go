@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lifeboat-project/lifeboat/signals"
+	"github.com/lifeboat-project/lifeboat/supervisor"
 )
 
 // earlySignals catches every signal from lifeboat's first instant, before
@@ -154,7 +155,7 @@ func stoppedDuringStartup(e *earlySignals, phase string, err error, log *slog.Lo
 		log.Warn("lifeboat.stopped_during_startup", "signal", signals.Name(sig), "phase", phase,
 			"effect", "nothing was started; what the interrupted step wrote was removed", "code", code)
 	}
-	writeTerminationLog(termLog, termLogCreate,
+	supervisor.WriteTerminationLog(termLog, termLogCreate,
 		fmt.Sprintf("lifeboat: stopped by SIG%s during start-up (%s); nothing was started; exit code %d", signals.Name(sig), phase, code), log)
 	return code, true
 }
@@ -162,27 +163,3 @@ func stoppedDuringStartup(e *earlySignals, phase string, err error, log *slog.Lo
 // kubeTerminationLog is where Kubernetes reads why a container stopped;
 // commands without --termination-log write it when it exists.
 const kubeTerminationLog = "/dev/termination-log"
-
-// writeTerminationLog writes msg as one line where Kubernetes reads why a
-// container stopped; the file is created only when create is set
-// (otherwise only an existing /dev/termination-log is written).
-func writeTerminationLog(path string, create bool, msg string, log *slog.Logger) {
-	if path == "" {
-		return
-	}
-	flags := os.O_WRONLY | os.O_TRUNC
-	if create {
-		flags |= os.O_CREATE
-	}
-	f, err := os.OpenFile(path, flags, 0o644)
-	if err != nil {
-		if (create || !errors.Is(err, os.ErrNotExist)) && log != nil {
-			log.Warn("supervisor.termination_log_failed", "path", path, "err", err)
-		}
-		return
-	}
-	defer f.Close()
-	if _, err := fmt.Fprintln(f, msg); err != nil && log != nil {
-		log.Warn("supervisor.termination_log_failed", "path", path, "err", err)
-	}
-}
