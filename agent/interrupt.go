@@ -3,9 +3,13 @@ package agent
 import (
 	"fmt"
 	"path"
+	"strconv"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lifeboat-project/lifeboat/format"
+	"github.com/lifeboat-project/lifeboat/signals"
 	"github.com/lifeboat-project/lifeboat/watch"
 )
 
@@ -13,13 +17,29 @@ import (
 // by a signal or exited non-zero. A save it was writing may be cut short.
 type Death struct {
 	Pid int
-	How string // "signal KILL", "exit 1", "SIGKILLed at the grace deadline"
+	How string // "killed by SIGKILL", "exit 1", "SIGKILLed at the grace deadline"
 	At  time.Time
 }
 
 // maxDeaths bounds the deaths remembered; older ones matter only for files
 // that changed before them, which newer deaths cover as well.
 const maxDeaths = 64
+
+// Reaped is told of each process of the trainer's tree that was reaped
+// (the supervisor's OnReap): one that died by a signal or exited non-zero
+// may have cut a save short, and is a Death. It never blocks for long.
+func (a *Agent) Reaped(pid int, ws unix.WaitStatus, at time.Time) {
+	var how string
+	switch {
+	case ws.Signaled():
+		how = "killed by SIG" + signals.Name(ws.Signal())
+	case ws.Exited() && ws.ExitStatus() != 0:
+		how = "exit " + strconv.Itoa(ws.ExitStatus())
+	default:
+		return
+	}
+	a.Died(Death{Pid: pid, How: how, At: at})
+}
 
 // Died tells the agent that a process of the trainer's tree ended
 // abnormally. Safe for concurrent use.

@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
 	"github.com/lifeboat-project/lifeboat/storage/mem"
@@ -184,5 +186,20 @@ func TestTornPickleFallsBack(t *testing.T) {
 	}
 	if st := a.Stats(); st.Interrupted != 1 {
 		t.Errorf("stats %+v, want 1 interrupted", st)
+	}
+}
+
+// TestReapedDeaths: of the reaped processes, only those killed by a signal
+// or exiting non-zero are deaths that may have cut a save short.
+func TestReapedDeaths(t *testing.T) {
+	a := &Agent{}
+	at := time.Now()
+	a.Reaped(10, unix.WaitStatus(0), at)                 // exit 0
+	a.Reaped(11, unix.WaitStatus(3<<8), at)              // exit 3
+	a.Reaped(12, unix.WaitStatus(unix.SIGKILL), at)      // killed by SIGKILL
+	a.Reaped(13, unix.WaitStatus(unix.SIGSEGV|0x80), at) // SIGSEGV, core dumped
+	want := []Death{{11, "exit 3", at}, {12, "killed by SIGKILL", at}, {13, "killed by SIGSEGV", at}}
+	if !slices.Equal(a.deaths, want) {
+		t.Errorf("deaths %v, want %v", a.deaths, want)
 	}
 }

@@ -19,13 +19,10 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/lifeboat-project/lifeboat/agent"
 	"github.com/lifeboat-project/lifeboat/checkpoint"
 	"github.com/lifeboat-project/lifeboat/format"
 	"github.com/lifeboat-project/lifeboat/resume"
-	"github.com/lifeboat-project/lifeboat/signals"
 	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/watch"
 )
@@ -190,21 +187,6 @@ func (p *pipeline) beforeRestart(ctx context.Context, attempt int) ([]string, er
 		p.agent.Restored(r.Step, r.Files)
 	}
 	return r.Env(), nil
-}
-
-// reaped is the supervisor's OnReap: a process of the trainer's tree that
-// died by a signal or exited non-zero may have cut a save short.
-func (p *pipeline) reaped(pid int, ws unix.WaitStatus, at time.Time) {
-	var how string
-	switch {
-	case ws.Signaled():
-		how = "killed by SIG" + signals.Name(ws.Signal())
-	case ws.Exited() && ws.ExitStatus() != 0:
-		how = "exit " + strconv.Itoa(ws.ExitStatus())
-	default:
-		return
-	}
-	p.agent.Died(agent.Death{Pid: pid, How: how, At: at})
 }
 
 // newPipeline opens the store, restores (unless told not to) and builds the

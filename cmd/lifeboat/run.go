@@ -276,7 +276,7 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 			js.settle(ctx)
 			return err
 		}
-		cfg.OnReap = p.reaped
+		cfg.OnReap = p.agent.Reaped
 		cfg.BeforeKill = p.agent.Killing
 		cfg.JobWideStop = js.joined
 		if p.resume != nil {
