@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"go/ast"
 	"go/parser"
+	"go/printer"
 	"go/token"
 	"io/fs"
 	"os"
@@ -34,14 +35,16 @@ var msgArg = map[string]int{
 
 // site is where an event is logged.
 type site struct {
-	name string
-	pos  string // file:line, relative to the module root
+	name   string
+	pos    string   // file:line, relative to the module root
+	keys   []string // the attribute keys the call logs, sorted, once each
+	keysOK bool     // keys is all of them: none was left unread
 }
 
 // TestLogEventsDocumented fails when an event the code logs is missing
 // from LOGS.md, or LOGS.md lists an event the code no longer logs.
 func TestLogEventsDocumented(t *testing.T) {
-	sites, unnamed := codeEvents(t, "..")
+	sites, unnamed, _ := codeEvents(t, "..")
 	for _, u := range unnamed {
 		t.Errorf("%s", u)
 	}
@@ -83,7 +86,7 @@ func TestLogEventsDocumented(t *testing.T) {
 // TestLogEventNames fails when an event name is not of the form
 // area.event, in the code or in LOGS.md.
 func TestLogEventNames(t *testing.T) {
-	sites, _ := codeEvents(t, "..")
+	sites, _, _ := codeEvents(t, "..")
 	var bad []string
 	logged := map[string]bool{}
 	for _, s := range sites {
@@ -110,14 +113,62 @@ func TestLogEventNames(t *testing.T) {
 // under another area's "## area" heading.
 func docEvents(t *testing.T, path string) (events map[string]int, problems []string) {
 	t.Helper()
+	events = map[string]int{}
+	for _, r := range eventRows(t, path) {
+		name, ok := strings.CutPrefix(r.first, "`")
+		if ok {
+			name, ok = strings.CutSuffix(name, "`")
+		}
+		if !ok || name == "" {
+			problems = append(problems, fmt.Sprintf("docs/LOGS.md:%d: the first cell of an event row must be one `area.event`, got %q", r.line, r.first))
+			continue
+		}
+		if a, _, ok := strings.Cut(name, "."); ok && eventName.MatchString(name) && a != r.area {
+			problems = append(problems, fmt.Sprintf("docs/LOGS.md:%d: %s is listed under \"## %s\"; move it to the table under \"## %s\"", r.line, name, r.area, a))
+		}
+		if prev, dup := events[name]; dup {
+			problems = append(problems, fmt.Sprintf("docs/LOGS.md:%d: %s is already listed at line %d; list each event once", r.line, name, prev))
+			continue
+		}
+		events[name] = r.line
+	}
+	if len(events) == 0 {
+		t.Fatalf("%s has no event table (a table whose first column is headed \"event\")", path)
+	}
+	return events, problems
+}
+
+// docRow is one row of an event table of LOGS.md.
+type docRow struct {
+	line  int
+	area  string   // the "## area" heading it is under
+	first string   // its first cell, trimmed: "`area.event`"
+	cells []string // all its cells, trimmed
+	head  []string // the cells of its table's header, trimmed
+}
+
+// cell is the row's cell under the header named name, and whether the
+// table has that column and the row that cell.
+func (r docRow) cell(name string) (string, bool) {
+	i := slices.IndexFunc(r.head, func(h string) bool { return strings.EqualFold(h, name) })
+	if i < 0 || len(r.cells) != len(r.head) {
+		return "", false
+	}
+	return r.cells[i], true
+}
+
+// eventRows reads the rows of the event tables of a LOGS.md: every table
+// whose header's first cell is "event", less its separator row.
+func eventRows(t *testing.T, path string) []docRow {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	events = map[string]int{}
-	inTable := false
-	area := "" // the current "## area" heading
+	var rows []docRow
+	var head []string // the current event table's header; nil outside one
+	area := ""        // the current "## area" heading
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -125,41 +176,33 @@ func docEvents(t *testing.T, path string) (events map[string]int, problems []str
 			area = strings.TrimSpace(h)
 		}
 		if !strings.HasPrefix(line, "|") {
-			inTable = false
+			head = nil
 			continue
 		}
-		first := strings.TrimSpace(strings.SplitN(strings.TrimPrefix(line, "|"), "|", 2)[0])
+		cells := tableCells(line)
 		switch {
-		case strings.EqualFold(first, "event"):
-			inTable = true
+		case strings.EqualFold(cells[0], "event"):
+			head = cells
 			continue
-		case !inTable || strings.Trim(first, "-: ") == "":
-			continue
-		}
-		name, ok := strings.CutPrefix(first, "`")
-		if ok {
-			name, ok = strings.CutSuffix(name, "`")
-		}
-		if !ok || name == "" {
-			problems = append(problems, fmt.Sprintf("docs/LOGS.md:%d: the first cell of an event row must be one `area.event`, got %q", n, first))
+		case head == nil || strings.Trim(cells[0], "-: ") == "":
 			continue
 		}
-		if a, _, ok := strings.Cut(name, "."); ok && eventName.MatchString(name) && a != area {
-			problems = append(problems, fmt.Sprintf("docs/LOGS.md:%d: %s is listed under \"## %s\"; move it to the table under \"## %s\"", n, name, area, a))
-		}
-		if prev, dup := events[name]; dup {
-			problems = append(problems, fmt.Sprintf("docs/LOGS.md:%d: %s is already listed at line %d; list each event once", n, name, prev))
-			continue
-		}
-		events[name] = n
+		rows = append(rows, docRow{line: n, area: area, first: cells[0], cells: cells, head: head})
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if len(events) == 0 {
-		t.Fatalf("%s has no event table (a table whose first column is headed \"event\")", path)
+	return rows
+}
+
+// tableCells splits a Markdown table row into its cells, trimmed.
+func tableCells(line string) []string {
+	line = strings.TrimSuffix(strings.TrimPrefix(line, "|"), "|")
+	cells := strings.Split(line, "|")
+	for i, c := range cells {
+		cells[i] = strings.TrimSpace(c)
 	}
-	return events, problems
+	return cells
 }
 
 // pkg is one directory's Go files, parsed.
@@ -172,9 +215,11 @@ type pkg struct {
 }
 
 // codeEvents parses the non-test Go files of the module at root and
-// returns every event logged, and a line for each logging call whose
-// message cannot be named without running the code.
-func codeEvents(t *testing.T, root string) (sites []site, unnamed []string) {
+// returns every event logged, a line for each logging call whose message
+// cannot be named without running the code, and a line for each logging
+// call (or logger made with With) whose keys cannot be read without
+// running it.
+func codeEvents(t *testing.T, root string) (sites []site, unnamed, unkeyed []string) {
 	t.Helper()
 	fset := token.NewFileSet()
 	dirs := map[string][]string{}
@@ -212,13 +257,15 @@ func codeEvents(t *testing.T, root string) (sites []site, unnamed []string) {
 			pk.files = append(pk.files, f)
 		}
 		pk.index()
-		s, u := pk.events()
+		s, u, k := pk.events()
 		sites = append(sites, s...)
 		unnamed = append(unnamed, u...)
+		unkeyed = append(unkeyed, k...)
 	}
 	slices.SortFunc(sites, func(a, b site) int { return strings.Compare(a.pos, b.pos) })
 	slices.Sort(unnamed)
-	return sites, unnamed
+	slices.Sort(unkeyed)
+	return sites, unnamed, unkeyed
 }
 
 func (pk *pkg) index() {
@@ -253,8 +300,21 @@ func (pk *pkg) pos(p token.Pos) string {
 	return fmt.Sprintf("%s:%d", filepath.ToSlash(rel), position.Line)
 }
 
-// events finds the logging calls of the package and names their events.
-func (pk *pkg) events() (sites []site, unnamed []string) {
+// events finds the logging calls of the package and names their events
+// and keys.
+func (pk *pkg) events() (sites []site, unnamed, unkeyed []string) {
+	kr := &keyReader{pk: pk, reading: map[readKey]bool{}}
+	// named adds the sites of call's events, with its keys.
+	named := func(call *ast.CallExpr, i int, fn *ast.FuncDecl, names ...string) {
+		keys, err := kr.callKeys(call, i, &keyScope{fn: fn})
+		if err != nil {
+			unkeyed = append(unkeyed, fmt.Sprintf("%s: %s logs %s with keys that cannot be read without running the code: %v; log literal \"key\", value pairs or slog attributes, or a slice built in that function from []any{...} and append",
+				pk.pos(call.Pos()), exprString(call.Fun), strings.Join(names, ", "), err))
+		}
+		for _, name := range names {
+			sites = append(sites, site{name: name, pos: pk.pos(call.Pos()), keys: keys, keysOK: err == nil})
+		}
+	}
 	for _, f := range pk.files {
 		for _, d := range f.Decls {
 			fn, ok := d.(*ast.FuncDecl)
@@ -279,7 +339,7 @@ func (pk *pkg) events() (sites []site, unnamed []string) {
 					// Not a logger by its name (t.Error, a metric's Log):
 					// an event only when its literal message looks like one.
 					if s, ok := stringLit(msg); ok && looksLikeEvent.MatchString(s) {
-						sites = append(sites, site{s, pk.pos(call.Pos())})
+						named(call, i, fn, s)
 					}
 					return true
 				}
@@ -289,14 +349,15 @@ func (pk *pkg) events() (sites []site, unnamed []string) {
 						pk.pos(call.Pos()), exprString(sel.X), sel.Sel.Name))
 					return true
 				}
-				for _, name := range names {
-					sites = append(sites, site{name, pk.pos(call.Pos())})
+				if len(names) > 0 {
+					named(call, i, fn, names...)
 				}
 				return true
 			})
 		}
 	}
-	return sites, unnamed
+	unkeyed = append(unkeyed, kr.lostWiths()...)
+	return sites, unnamed, unkeyed
 }
 
 // resolve names the string values e can take in fn: a literal, a constant,
@@ -552,6 +613,19 @@ func exprString(e ast.Expr) string {
 	return "?"
 }
 
+// source renders e as the code spells it, shortened for a message.
+func (pk *pkg) source(n ast.Node) string {
+	var b strings.Builder
+	if err := printer.Fprint(&b, pk.fset, n); err != nil {
+		return "?"
+	}
+	s := strings.Join(strings.Fields(b.String()), " ")
+	if len(s) > 70 {
+		s = s[:67] + "..."
+	}
+	return s
+}
+
 // TestCodeEventsFindsEveryForm runs the extractor on a small module that
 // logs in each way the code does, and in ways it must refuse.
 func TestCodeEventsFindsEveryForm(t *testing.T) {
@@ -612,7 +686,7 @@ func f(ctx context.Context, log *slog.Logger, w *W, lvl slog.Level, t *testing.T
 	write("sub/go.mod", "module example.com/sub\n")
 	write("sub/s.go", "package sub\n\nimport \"log/slog\"\n\nfunc g(log *slog.Logger) { log.Info(\"area.other_module\") }\n")
 
-	sites, unnamed := codeEvents(t, root)
+	sites, unnamed, _ := codeEvents(t, root)
 	var got []string
 	for _, s := range sites {
 		if !slices.Contains(got, s.name) {
