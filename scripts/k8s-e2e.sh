@@ -270,7 +270,8 @@ K8S=$(scripts/k8s-build.sh install)
 W=$(mktemp -d "${TMPDIR:-/tmp}/lifeboat-k8s.XXXXXX")
 chmod 755 "$W"
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT
+trap 'exit 143' TERM
 mkdir -p "$W/logs" "$W/pki" "$W/containerd" "$W/cni/net.d" "$W/cni/ipam" "$W/kubelet" "$W/pod-logs" "$W/minio/data"
 
 for s in "${SYSCTLS[@]}"; do
