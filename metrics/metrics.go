@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sys/unix"
 )
 
 // Other is the label value recorded for a notice source, restart reason or
@@ -253,6 +254,11 @@ func (m *Metrics) IncNotice(source string) {
 	}
 	m.notices.WithLabelValues(normalize(source, NoticeSources)).Inc()
 }
+
+// IncStopSignal counts a stop signal received (the kubelet's TERM is the
+// pod's preemption notice) as a notice from source "signal"; it is the
+// supervisor's OnStopSignal.
+func (m *Metrics) IncStopSignal(unix.Signal) { m.IncNotice("signal") }
 
 // IncRebalance counts one rebalance recommendation from source, one of
 // RebalanceSources; any other value is counted as Other.

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 )
 
 // fakeClock is a clock the test moves.
@@ -185,6 +186,8 @@ func TestScrapeValuesMove(t *testing.T) {
 	m.IncInterrupted()
 	m.IncNotice("aws")
 	m.IncNotice("GCP ")
+	m.IncStopSignal(unix.SIGTERM)
+	m.IncStopSignal(unix.SIGINT)
 	m.IncRestart("oom")
 	m.IncOOMKill()
 	m.SetResume("store", 90, 2.5)
@@ -204,6 +207,7 @@ func TestScrapeValuesMove(t *testing.T) {
 	want(t, fams, "lifeboat_checkpoints_interrupted_total", 1)
 	want(t, fams, "lifeboat_preemption_notices_total", 1, "source", "aws")
 	want(t, fams, "lifeboat_preemption_notices_total", 1, "source", "gcp")
+	want(t, fams, "lifeboat_preemption_notices_total", 2, "source", "signal")
 	want(t, fams, "lifeboat_trainer_restarts_total", 1, "reason", "oom")
 	want(t, fams, "lifeboat_trainer_oom_kills_total", 1)
 	want(t, fams, "lifeboat_resume_step", 90, "source", "store")
@@ -310,6 +314,7 @@ func TestOddInputsNeverPanic(t *testing.T) {
 	nilM.IncRetry()
 	nilM.IncUploadFailure()
 	nilM.IncNotice("aws")
+	nilM.IncStopSignal(unix.SIGTERM)
 	nilM.SetGraceBudgetLeft(func() time.Duration { return 0 })
 	nilM.IncRestart("oom")
 	nilM.SetResume("store", 1, 1)

@@ -229,7 +229,11 @@ func (o *kubeOptions) stopping(at, end time.Time) {
 }
 
 // flushed records the end of the final upload.
-func (o *kubeOptions) flushed(stopped bool, err error) { o.rec.Flushed(stopped, err) }
+func (o *kubeOptions) flushed(stopped bool, err error) {
+	if o.rec != nil {
+		o.rec.Flushed(stopped, err)
+	}
+}
 
 // close sends what is queued, best-effort, for at most kubeTimeout and
 // never past the grace budget (less a margin for lifeboat's own exit), and

@@ -183,7 +183,7 @@ func recordSupervision(cfg *supervisor.Config, m *metrics.Metrics) *graceClock {
 	m.SetGraceBudgetLeft(gc.left)
 	cfg.OnRestart = m.IncRestart
 	cfg.OnOOMKill = m.IncOOMKill
-	cfg.OnStopSignal = func(unix.Signal) { m.IncNotice("signal") }
+	cfg.OnStopSignal = m.IncStopSignal
 	return gc
 }
 
