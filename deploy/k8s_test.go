@@ -206,34 +206,29 @@ func loadManifests(t *testing.T) *manifests {
 			case *batchv1.Job:
 				m.jobs = append(m.jobs, o)
 			case *corev1.Secret:
-				if m.secrets[x.Name] != nil {
-					t.Fatalf("%s: a second Secret %q", o, x.Name)
-				}
-				m.secrets[x.Name] = x
+				put(t, m.secrets, o, x)
 			case *schedulingv1.PriorityClass:
-				if m.priorities[x.Name] != nil {
-					t.Fatalf("%s: a second PriorityClass %q", o, x.Name)
-				}
-				m.priorities[x.Name] = x
+				put(t, m.priorities, o, x)
 			case *corev1.ServiceAccount:
-				if m.serviceAccounts[x.Name] != nil {
-					t.Fatalf("%s: a second ServiceAccount %q", o, x.Name)
-				}
-				m.serviceAccounts[x.Name] = x
+				put(t, m.serviceAccounts, o, x)
 			case *rbacv1.Role:
-				if m.roles[x.Name] != nil {
-					t.Fatalf("%s: a second Role %q", o, x.Name)
-				}
-				m.roles[x.Name] = x
+				put(t, m.roles, o, x)
 			case *rbacv1.RoleBinding:
-				if m.roleBindings[x.Name] != nil {
-					t.Fatalf("%s: a second RoleBinding %q", o, x.Name)
-				}
-				m.roleBindings[x.Name] = x
+				put(t, m.roleBindings, o, x)
 			}
 		}
 	}
 	return m
+}
+
+// put adds x, the object o decoded, under o's name: the manifests hold
+// one object of each kind and name.
+func put[T any](t *testing.T, byName map[string]*T, o object, x *T) {
+	t.Helper()
+	if byName[o.name] != nil {
+		t.Fatalf("%s: a second %s %q", o, o.kind, o.name)
+	}
+	byName[o.name] = x
 }
 
 func TestManifestFiles(t *testing.T) {
