@@ -5,7 +5,6 @@ package main
 // come from different iterations.
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -94,9 +93,8 @@ func waitExit(t *testing.T, p *lb, code int) {
 // logLines returns the JSON log records of stderr with msg.
 func logLines(stderr, msg string) []map[string]any {
 	var out []map[string]any
-	for line := range strings.Lines(stderr) {
-		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
+	for _, rec := range logRecords(stderr) {
+		if rec["msg"] == msg {
 			out = append(out, rec)
 		}
 	}
