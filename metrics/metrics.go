@@ -78,7 +78,7 @@ type Metrics struct {
 	oomKills       prometheus.Counter
 	resumeStep     *prometheus.GaugeVec
 	resumeDuration *prometheus.GaugeVec
-	graceLeft      *funcGauge
+	grace          *graceBudget
 }
 
 // New returns Metrics for a lifeboat of the given version, with every
@@ -143,7 +143,7 @@ func New(version string, opts ...Option) *Metrics {
 		Name: "lifeboat_resume_duration_seconds",
 		Help: "How long the resume (restore before the trainer started) took, by where the checkpoint came from.",
 	}, []string{"source"})
-	m.graceLeft = &funcGauge{desc: prometheus.NewDesc("lifeboat_grace_budget_left_seconds",
+	m.grace = &graceBudget{clock: m.clock, desc: prometheus.NewDesc("lifeboat_grace_budget_left_seconds",
 		"Seconds left of the grace budget, at scrape time: the whole grace period until a stop begins, then counting down to 0 at its end.", nil, nil)}
 
 	for _, s := range append(NoticeSources, Other) {
@@ -162,7 +162,7 @@ func New(version string, opts ...Option) *Metrics {
 		buildInfo, m.readyGauge, m.lastStep, m.lastCommitTS, age,
 		m.uploadedBytes, m.dedupedBytes, ratio, m.pendingBytes, m.throughput,
 		m.retries, m.failures, m.interrupted, m.notices, m.rebalances, m.restarts, m.oomKills,
-		m.resumeStep, m.resumeDuration, m.graceLeft,
+		m.resumeStep, m.resumeDuration, m.grace,
 	)
 	return m
 }
@@ -269,20 +269,25 @@ func (m *Metrics) IncRebalance(source string) {
 	m.rebalances.WithLabelValues(normalize(source, RebalanceSources)).Inc()
 }
 
-// SetGraceBudgetLeft makes lifeboat_grace_budget_left_seconds report
-// left() at every scrape (negative values as 0); nil removes it. left must
-// be safe to call from the scraping goroutine; if it panics, the metric is
-// left out of that scrape.
-func (m *Metrics) SetGraceBudgetLeft(left func() time.Duration) {
+// SetGrace sets the grace period (the pod's terminationGracePeriodSeconds
+// as lifeboat budgets it): lifeboat_grace_budget_left_seconds, absent
+// until then, reports it until a stop begins.
+func (m *Metrics) SetGrace(d time.Duration) {
 	if m == nil {
 		return
 	}
-	if left == nil {
-		m.graceLeft.fn.Store(nil)
+	m.grace.period.Store(int64(d))
+	m.grace.set.Store(true)
+}
+
+// SetGraceEnd says a stop began, or its deadline moved: the grace budget
+// ends at end, and lifeboat_grace_budget_left_seconds counts down to 0
+// there. It is the supervisor's OnStop.
+func (m *Metrics) SetGraceEnd(end time.Time) {
+	if m == nil {
 		return
 	}
-	f := func() float64 { return max(left(), 0).Seconds() }
-	m.graceLeft.fn.Store(&f)
+	m.grace.end.Store(end.UnixNano())
 }
 
 // IncRestart counts one trainer restart for reason, one of RestartReasons;
@@ -383,32 +388,28 @@ func normalize(v string, allowed []string) string {
 	return Other
 }
 
-// funcGauge is a gauge whose value comes from a function set later; it is
-// absent from a scrape while none is set, and a panicking function only
-// drops it from that scrape.
-type funcGauge struct {
-	desc *prometheus.Desc
-	fn   atomic.Pointer[func() float64]
+// graceBudget is lifeboat_grace_budget_left_seconds: absent until the
+// grace period is set, then the whole period until a stop begins, then the
+// time left to the stop's end (0 after it), computed at each scrape.
+type graceBudget struct {
+	desc   *prometheus.Desc
+	clock  Clock
+	set    atomic.Bool
+	period atomic.Int64 // the grace period, ns
+	end    atomic.Int64 // the stop's end, Unix ns; 0 before a stop
 }
 
-var _ prometheus.Collector = (*funcGauge)(nil)
+var _ prometheus.Collector = (*graceBudget)(nil)
 
-func (g *funcGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+func (g *graceBudget) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
 
-func (g *funcGauge) Collect(ch chan<- prometheus.Metric) {
-	f := g.fn.Load()
-	if f == nil {
+func (g *graceBudget) Collect(ch chan<- prometheus.Metric) {
+	if !g.set.Load() {
 		return
 	}
-	v, ok := func() (v float64, ok bool) {
-		defer func() {
-			if recover() != nil {
-				ok = false
-			}
-		}()
-		return (*f)(), true
-	}()
-	if ok {
-		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v)
+	left := time.Duration(g.period.Load())
+	if end := g.end.Load(); end != 0 {
+		left = max(time.Unix(0, end).Sub(g.clock()), 0)
 	}
+	ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, left.Seconds())
 }

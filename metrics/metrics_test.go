@@ -153,7 +153,7 @@ func TestScrapeValuesMove(t *testing.T) {
 	want(t, fams, "lifeboat_preemption_notices_total", 0, "source", "gcp")
 	want(t, fams, "lifeboat_trainer_restarts_total", 0, "reason", "oom")
 	if _, ok := fams["lifeboat_grace_budget_left_seconds"]; ok {
-		t.Error("lifeboat_grace_budget_left_seconds present before SetGraceBudgetLeft")
+		t.Error("lifeboat_grace_budget_left_seconds present before SetGrace")
 	}
 	if _, ok := fams["go_goroutines"]; !ok {
 		t.Error("the Go collector is missing")
@@ -191,7 +191,10 @@ func TestScrapeValuesMove(t *testing.T) {
 	m.IncRestart("oom")
 	m.IncOOMKill()
 	m.SetResume("store", 90, 2.5)
-	m.SetGraceBudgetLeft(func() time.Duration { return 12 * time.Second })
+	m.SetGrace(time.Minute)
+	fams, _ = scrape(t, base)
+	want(t, fams, "lifeboat_grace_budget_left_seconds", 60) // the whole grace until a stop begins
+	m.SetGraceEnd(clk.Now().Add(12 * time.Second))
 
 	fams, _ = scrape(t, base)
 	want(t, fams, "lifeboat_checkpoint_last_step", 100)
@@ -315,7 +318,8 @@ func TestOddInputsNeverPanic(t *testing.T) {
 	nilM.IncUploadFailure()
 	nilM.IncNotice("aws")
 	nilM.IncStopSignal(unix.SIGTERM)
-	nilM.SetGraceBudgetLeft(func() time.Duration { return 0 })
+	nilM.SetGrace(time.Minute)
+	nilM.SetGraceEnd(time.Now())
 	nilM.IncRestart("oom")
 	nilM.SetResume("store", 1, 1)
 	nilM.IncOOMKill()
@@ -326,25 +330,15 @@ func TestOddInputsNeverPanic(t *testing.T) {
 	m.AddDeduped(-5)
 	m.SetPending(-1)
 	m.SetThroughput(-1)
-	m.SetGraceBudgetLeft(func() time.Duration { return -time.Second })
+	m.SetGrace(time.Minute)
+	m.SetGraceEnd(time.Now().Add(-time.Second)) // past: 0, not negative
 	base, stop := serve(t, m)
 	defer stop()
 	fams, _ := scrape(t, base)
 	want(t, fams, "lifeboat_upload_bytes_total", 0)
 	want(t, fams, "lifeboat_upload_pending_bytes", 0)
 	want(t, fams, "lifeboat_grace_budget_left_seconds", 0)
-
-	m.SetGraceBudgetLeft(func() time.Duration { panic("budget gone") })
-	fams, _ = scrape(t, base)
-	if _, ok := fams["lifeboat_grace_budget_left_seconds"]; ok {
-		t.Error("a panicking grace budget function still produced a value")
-	}
 	want(t, fams, "lifeboat_checkpoint_last_step", -1)
-	m.SetGraceBudgetLeft(nil)
-	fams, _ = scrape(t, base)
-	if _, ok := fams["lifeboat_grace_budget_left_seconds"]; ok {
-		t.Error("lifeboat_grace_budget_left_seconds present after SetGraceBudgetLeft(nil)")
-	}
 }
 
 func TestServeBadAddress(t *testing.T) {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -172,33 +171,14 @@ func feedMetrics(ctx context.Context, m *metrics.Metrics, p *pipeline, interval 
 	}, interval)
 }
 
-// recordSupervision wires m to what the supervisor reports: the grace
-// budget left (the whole --grace until a stop begins, then counting down to
-// its end), restarts by reason, OOM kills in the trainer's cgroup, and each
-// stop signal received, which is the pod's preemption notice (the kubelet's
-// TERM), counted with source "signal". The grace clock it returns is to
-// be set when a stop begins (cfg.OnStop).
-func recordSupervision(cfg *supervisor.Config, m *metrics.Metrics) *graceClock {
-	gc := &graceClock{grace: cfg.Grace}
-	m.SetGraceBudgetLeft(gc.left)
+// recordSupervision wires m to what the supervisor reports: restarts by
+// reason, OOM kills in the trainer's cgroup, and each stop signal
+// received, which is the pod's preemption notice (the kubelet's TERM),
+// counted with source "signal". The grace budget's metric starts at the
+// whole --grace; a stop's end reaches it through OnStop.
+func recordSupervision(cfg *supervisor.Config, m *metrics.Metrics) {
+	m.SetGrace(cfg.Grace)
 	cfg.OnRestart = m.IncRestart
 	cfg.OnOOMKill = m.IncOOMKill
 	cfg.OnStopSignal = m.IncStopSignal
-	return gc
-}
-
-// graceClock tracks the end of the grace budget for the metric.
-type graceClock struct {
-	grace time.Duration
-	end   atomic.Int64 // Unix ns; 0 before a stop
-}
-
-func (g *graceClock) set(end time.Time) { g.end.Store(end.UnixNano()) }
-
-func (g *graceClock) left() time.Duration {
-	end := g.end.Load()
-	if end == 0 {
-		return g.grace
-	}
-	return max(time.Until(time.Unix(0, end)), 0)
 }

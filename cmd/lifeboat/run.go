@@ -253,7 +253,7 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 	if cfg.Notices, err = obs.watchNotices(bg, m, cfg.Log); err != nil {
 		return usageError{err}
 	}
-	gc := recordSupervision(&cfg, m)
+	recordSupervision(&cfg, m)
 	js, err := o.coord.start(bg, &cfg, p)
 	if err != nil {
 		return err
@@ -261,7 +261,7 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 	// What a stop reaches besides the trainer: the grace budget's metric,
 	// the other ranks (a job-wide stop) and the pod's annotations.
 	cfg.OnStop = func(end time.Time) {
-		gc.set(end)
+		m.SetGraceEnd(end)
 		js.begin(end)
 		o.kube.stopping(time.Now(), end)
 	}
