@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -87,26 +88,14 @@ func cmdFlags(t *testing.T, cmd string) []*flag.Flag {
 	return out
 }
 
-// flagKind is duration, int, bool or string.
+// flagKind is duration, int, bool or string: what the messages call the
+// flag's kind, and durations that are not time.Duration values.
 func flagKind(f *flag.Flag) string {
-	v := unwrapValue(f.Value)
-	switch v.(type) {
+	switch unwrapValue(f.Value).(type) {
 	case *positiveDuration, *coordInterval:
 		return "duration"
-	case *listFlag:
-		return "string"
 	}
-	if g, ok := v.(flag.Getter); ok {
-		switch g.Get().(type) {
-		case bool:
-			return "bool"
-		case int, int64, uint, uint64:
-			return "int"
-		case time.Duration:
-			return "duration"
-		}
-	}
-	return "string"
+	return cmp.Or(kindOf(f.Value), "string")
 }
 
 // badValues are the values of f the test tries.
