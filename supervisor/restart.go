@@ -87,7 +87,7 @@ func (l *loop) endRestart(r restartResult) {
 // startAgain starts the trainer again with extra set in its environment.
 func (l *loop) startAgain(extra []string) {
 	l.restarts++
-	l.killedAt = time.Time{}
+	l.killedAt, l.killedMain = time.Time{}, false
 	if l.cfg.OnRestart != nil {
 		reason := "exit_code"
 		switch {

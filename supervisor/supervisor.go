@@ -83,6 +83,7 @@ type loop struct {
 	graceEnd   time.Time   // when the grace budget ends
 	ints       int         // SIGINTs received
 	killedAt   time.Time   // when the tree was SIGKILLed, zero if not
+	killedMain bool        // that SIGKILL reached the main child, still running then
 	treeSignal bool        // leftovers were sent the stop signal after the child exited
 	restarts   int         // restarts done
 	env        []string    // the trainer's environment
@@ -530,7 +531,7 @@ func (l *loop) descendants() []int {
 // so every one of them is still there to be sent its own SIGKILL and
 // counted; later rounds only kill processes not sent one before.
 func (l *loop) killTree() {
-	l.killedAt = time.Now()
+	l.killedAt, l.killedMain = time.Now(), !l.childDone
 	if l.cfg.BeforeKill != nil {
 		l.cfg.BeforeKill(l.killedAt)
 	}
@@ -605,11 +606,12 @@ func (l *loop) finish() error {
 	return &ExitError{Status: l.childStatus, Started: true, Preempted: preempted, Code: code}
 }
 
-// jobWideStop names the job-wide stop that makes a trainer SIGKILLed
-// during a stop a preemption (Config.JobWideStop); "" when it is not one.
+// jobWideStop names the job-wide stop that makes a trainer lifeboat
+// SIGKILLed during a stop a preemption (Config.JobWideStop); "" when it is
+// not one. A trainer killed by another (the OOM killer) stays a failure.
 func (l *loop) jobWideStop() string {
 	ws := l.childStatus
-	if !l.childDone || !l.stopping || l.killedAt.IsZero() || !ws.Signaled() || ws.Signal() != unix.SIGKILL ||
+	if !l.childDone || !l.stopping || !l.killedMain || !ws.Signaled() || ws.Signal() != unix.SIGKILL ||
 		l.cfg.JobWideStop == nil || l.cfg.PreemptExitCode == PreemptChild {
 		return ""
 	}

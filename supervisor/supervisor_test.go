@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -376,8 +377,9 @@ func findChild(t *testing.T, comm string) int {
 // TestJobWideStop: a trainer SIGKILLed at the grace deadline of a stop
 // exits 137, unless JobWideStop names a job-wide stop: then lifeboat exits
 // with the preemption code, says so in the termination log and in
-// supervisor.exit, and JobWideStop is asked once. With PreemptChild, or a
-// trainer that exits at the stop, it is not asked.
+// supervisor.exit, and JobWideStop is asked once. With PreemptChild, a
+// trainer that exits at the stop, or one SIGKILLed by another than
+// lifeboat, it is not asked.
 func TestJobWideStop(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -393,6 +395,9 @@ func TestJobWideStop(t *testing.T) {
 		{"own preemption code", `trap '' TERM`, "rank 0: SIGTERM", 99, 99, 1, "; exit code 99"},
 		{"the child's code", `trap '' TERM`, "rank 1: SIGTERM", PreemptChild, 137, 0, "; exit code 137"},
 		{"trainer exits at the stop", `trap 'exit 0' TERM`, "rank 1: SIGTERM", 0, 143, 0, "; exit code 143"},
+		// Killed, but not by lifeboat at the deadline (the OOM killer, say):
+		// a failure, not a preemption.
+		{"trainer SIGKILLed by another", "", "rank 1: SIGTERM", 0, 137, 0, "; exit code 137"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -403,7 +408,7 @@ func TestJobWideStop(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				done <- Run(context.Background(), Config{
-					Argv:    []string{"sh", "-c", tc.script + `; touch "$0"; while :; do sleep 0.05; done`, ready},
+					Argv:    []string{"sh", "-c", cmp.Or(tc.script, `trap '' TERM`) + `; touch "$0"; while :; do sleep 0.05; done`, ready},
 					Signals: in, Grace: 300 * time.Millisecond, PreemptExitCode: tc.preempt,
 					Log: logs.logger(), TerminationLog: tlog, TerminationLogCreate: true,
 					JobWideStop: func() string { asked.Add(1); return tc.answer },
@@ -411,10 +416,17 @@ func TestJobWideStop(t *testing.T) {
 			}()
 			waitFile(t, ready)
 			in <- unix.SIGTERM
+			if tc.script == "" {
+				waitLog(t, logs, "supervisor.stopping", done)
+				if err := unix.Kill(findChild(t, "sh"), unix.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				in <- unix.SIGCHLD // what the kernel sends lifeboat; the test injects its signals
+			}
 			err := waitRun(t, done, logs)
 			var ee *ExitError
 			if !errors.As(err, &ee) || ee.Code != tc.want {
-				t.Fatalf("Run = %v, want exit code %d", err, tc.want)
+				t.Fatalf("Run = %v, want exit code %d; log:\n%s", err, tc.want, logs.String())
 			}
 			if n := asked.Load(); int(n) != tc.asked {
 				t.Errorf("JobWideStop asked %d times, want %d", n, tc.asked)
