@@ -124,8 +124,10 @@ type Config struct {
 	// still open for writing then is an interrupted save. It must not
 	// block.
 	BeforeKill func(at time.Time)
-	// JobWideStop, when set, is asked once, after AfterExit, when the
-	// trainer was SIGKILLed during a stop: it names the job-wide stop this
+	// JobWideStop, when set, is asked once, after AfterExit, when lifeboat
+	// SIGKILLed the trainer during a stop (at the grace deadline, or at a
+	// second SIGINT; not when another, such as the OOM killer, killed it):
+	// it names the job-wide stop this
 	// lifeboat took part in ("rank 1: SIGTERM"), or returns "" when the
 	// stop was this pod's alone. A trainer blocked in a collective whose
 	// peer has gone can only be stopped that way, so with a name lifeboat
