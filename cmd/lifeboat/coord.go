@@ -168,7 +168,7 @@ func (j *jobStop) settle(ctx context.Context) {
 
 // joined names the job-wide stop this rank took part in ("rank 1:
 // SIGTERM"), "" when there was none: the supervisor's JobWideStop, asked
-// when the trainer was SIGKILLed during a stop. A rank blocked in a
+// when lifeboat SIGKILLed the trainer during a stop. A rank blocked in a
 // collective whose peer is gone can only be stopped that way, and the
 // Job must retry the whole gang instead of counting a failure, so
 // lifeboat then exits with the preemption code, not 137.
