@@ -83,7 +83,9 @@ type lb struct {
 // modes lists how lifeboat is run: as a plain process and as PID 1.
 var modes = []string{"plain", "pid1"}
 
-// start runs lifeboat with args in mode ("plain" or "pid1").
+// start runs lifeboat with args in mode: "plain", "pid1" (PID 1 of a new
+// PID namespace) or "nobody" (as user nobody, through setpriv, which execs
+// lifeboat).
 func start(t *testing.T, mode string, args ...string) *lb {
 	t.Helper()
 	return startEnv(t, mode, nil, args...)
@@ -102,6 +104,8 @@ func startEnv(t *testing.T, mode string, env []string, args ...string) *lb {
 			testenv.Skip(t, "unshare (util-linux) is not installed")
 		}
 		cmd = exec.Command("unshare", append([]string{"--pid", "--fork", "--mount-proc", lifeboatBin}, args...)...)
+	case "nobody":
+		cmd = exec.Command("setpriv", append([]string{"--reuid=nobody", "--regid=nogroup", "--clear-groups", lifeboatBin}, args...)...)
 	default:
 		t.Fatalf("unknown mode %q", mode)
 	}

@@ -103,34 +103,6 @@ func TestOddNamesStoredFaithfully(t *testing.T) {
 	}
 }
 
-// startAsNobody starts lifeboat with args as user nobody, through
-// setpriv, with env added.
-func startAsNobody(t *testing.T, env []string, args ...string) *lb {
-	t.Helper()
-	cmd := exec.Command("setpriv", append([]string{"--reuid=nobody", "--regid=nogroup", "--clear-groups", lifeboatBin}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	p := &lb{t: t, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start lifeboat as nobody: %v", err)
-	}
-	p.pid = cmd.Process.Pid // setpriv execs lifeboat
-	go func() {
-		_ = cmd.Wait()
-		p.code = cmd.ProcessState.ExitCode()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
-}
-
 // nobodyDir returns a fresh directory that user nobody owns, on a path it
 // can reach.
 func nobodyDir(t *testing.T) string {
@@ -176,7 +148,7 @@ func TestUnreadableFileKeepsItsCheckpoint(t *testing.T) {
 		t.Fatalf("chown: %v %s", err, out)
 	}
 	addr := freeAddr(t)
-	p := startAsNobody(t, nil, "sidecar", "--store", "file://"+store, "--dir", src, "--settle", "200ms", "--scan-interval", "100ms",
+	p := start(t, "nobody", "sidecar", "--store", "file://"+store, "--dir", src, "--settle", "200ms", "--scan-interval", "100ms",
 		"--metrics-addr", addr)
 	waitFor(t, p, func() bool { return strings.Contains(p.stderr.String(), "secret.bin") })
 	time.Sleep(2 * time.Second) // 20 scans: none may try again or say it again
@@ -243,7 +215,7 @@ func TestUnreadableDirWithholdsOnlyItsCheckpoint(t *testing.T) {
 	if err := os.Chmod(opt, 0); err != nil {
 		t.Fatal(err)
 	}
-	p := startAsNobody(t, nil, "sidecar", "--store", "file://"+store, "--dir", src, "--settle", "200ms", "--scan-interval", "100ms")
+	p := start(t, "nobody", "sidecar", "--store", "file://"+store, "--dir", src, "--settle", "200ms", "--scan-interval", "100ms")
 	waitFor(t, p, func() bool { return strings.Contains(p.stderr.String(), `"msg":"checkpoint.committed"`) })
 	time.Sleep(time.Second) // 10 scans
 	log := p.stderr.String()
