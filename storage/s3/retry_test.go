@@ -16,9 +16,9 @@ import (
 	"github.com/lifeboat-project/lifeboat/storage/storagetest"
 )
 
-// proxiedStore is a store on the test MinIO server behind a fault proxy,
-// with minio-go's own retries off, as it is used inside storage.Retry.
-func proxiedStore(t *testing.T) (*Store, *testenv.FaultProxy) {
+// proxiedConfig is the test MinIO server's config with its endpoint
+// behind a fault proxy.
+func proxiedConfig(t *testing.T) (Config, *testenv.FaultProxy) {
 	t.Helper()
 	cfg := testConfig(t)
 	u, err := url.Parse(cfg.Endpoint)
@@ -27,6 +27,14 @@ func proxiedStore(t *testing.T) (*Store, *testenv.FaultProxy) {
 	}
 	proxy := testenv.NewFaultProxy(t, u.Host)
 	cfg.Endpoint = proxy.URL()
+	return cfg, proxy
+}
+
+// proxiedStore is a store on the test MinIO server behind a fault proxy,
+// with minio-go's own retries off, as it is used inside storage.Retry.
+func proxiedStore(t *testing.T) (*Store, *testenv.FaultProxy) {
+	t.Helper()
+	cfg, proxy := proxiedConfig(t)
 	cfg.RequestAttempts = 1
 	return newTestStore(t, cfg), proxy
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/url"
 	"testing"
 	"time"
 
@@ -18,13 +17,7 @@ import (
 // fails within the stall timeout (plus minio-go's retries) instead of
 // hanging forever; the proxy's hang guard is the only clock in the test.
 func TestStallIsDetected(t *testing.T) {
-	cfg := testConfig(t)
-	u, err := url.Parse(cfg.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.NewFaultProxy(t, u.Host)
-	cfg.Endpoint = proxy.URL()
+	cfg, proxy := proxiedConfig(t)
 	cfg.StallTimeout = 300 * time.Millisecond
 	s := newTestStore(t, cfg)
 	ctx := context.Background()
