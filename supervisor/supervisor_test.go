@@ -374,6 +374,23 @@ func findChild(t *testing.T, comm string) int {
 	return 0
 }
 
+// waitZombie waits until this test's child pid is dead and not yet reaped.
+func waitZombie(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(hangLimit)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatalf("child %d: %v", pid, err)
+		}
+		if p, ok := parseStat(b); ok && p.state == 'Z' {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("child %d did not die within %s", pid, hangLimit)
+}
+
 // TestJobWideStop: a trainer SIGKILLed at the grace deadline of a stop
 // exits 137, unless JobWideStop names a job-wide stop: then lifeboat exits
 // with the preemption code, says so in the termination log and in
@@ -418,10 +435,14 @@ func TestJobWideStop(t *testing.T) {
 			in <- unix.SIGTERM
 			if tc.script == "" {
 				waitLog(t, logs, "supervisor.stopping", done)
-				if err := unix.Kill(findChild(t, "sh"), unix.SIGKILL); err != nil {
+				pid := findChild(t, "sh")
+				if err := unix.Kill(pid, unix.SIGKILL); err != nil {
 					t.Fatal(err)
 				}
-				in <- unix.SIGCHLD // what the kernel sends lifeboat; the test injects its signals
+				// The kernel's SIGCHLD comes once the child is dead; the
+				// test injects its signals, so it waits for that too.
+				waitZombie(t, pid)
+				in <- unix.SIGCHLD
 			}
 			err := waitRun(t, done, logs)
 			var ee *ExitError
