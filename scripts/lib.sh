@@ -9,6 +9,16 @@ log() { printf '==> %s\n' "$*" >&2; }
 # sends itself SIGURG and lifeboat forwards SIGURG like any other signal.
 LIFEBOAT_LDFLAGS='-X runtime.godebugDefault=asyncpreemptoff=1 -X github.com/lifeboat-project/lifeboat/signals.recordedGODEBUG=asyncpreemptoff=1'
 
+# apt_install installs the given Debian packages, updating apt's lists once
+# per run.
+apt_install() {
+	if [ -z "${LIFEBOAT_APT_UPDATED:-}" ]; then
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+		export LIFEBOAT_APT_UPDATED=1
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
+}
+
 # need_pkgs installs the Debian packages that provide the given commands
 # when any command is missing. Arguments are command:package pairs.
 need_pkgs() {
@@ -18,11 +28,21 @@ need_pkgs() {
 	done
 	if ((${#missing[@]})); then
 		log "installing ${missing[*]}"
-		if [ -z "${LIFEBOAT_APT_UPDATED:-}" ]; then
-			DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-			export LIFEBOAT_APT_UPDATED=1
-		fi
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+		apt_install "${missing[@]}"
+	fi
+}
+
+# need_pymods installs the Debian packages that provide the given Python
+# modules to /usr/bin/python3 (the interpreter Debian's packages serve) when
+# any module does not import. Arguments are module:package pairs.
+need_pymods() {
+	local pair pkgs=()
+	for pair in "$@"; do
+		/usr/bin/python3 -c "import ${pair%%:*}" >/dev/null 2>&1 || pkgs+=("${pair#*:}")
+	done
+	if ((${#pkgs[@]})); then
+		log "installing ${pkgs[*]}"
+		apt_install "${pkgs[@]}"
 	fi
 }
 

@@ -15,6 +15,9 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 need_pkgs unshare:util-linux flock:util-linux python3:python3 sh:dash curl:curl git:git etcd:etcd-server
+# Real frameworks as real parts: the tests save and load with Debian's
+# PyTorch and numpy.
+need_pymods torch:python3-torch numpy:python3-numpy
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/lifeboat-test.XXXXXX")
 cleanup() {
