@@ -240,26 +240,38 @@ func TestGraceKillsEscapedTree(t *testing.T) {
 	}
 }
 
-// hostPid maps a pid inside lifeboat's namespace to the test's view by
-// looking for the descendant of root whose NSpid ends in nsPid.
+// hostPid maps a pid inside lifeboat's namespace to the test's view: the
+// process other than root in root's PID namespace whose NSpid ends in
+// nsPid. Matching NSpid alone is not enough: every PID namespace on the
+// machine (a container, another test's lifeboat) has its own small pids,
+// and one of theirs, alive and none of lifeboat's business, once made
+// TestGraceKillsEscapedTree/pid1 report a survivor.
 func hostPid(t *testing.T, root, nsPid int) int {
 	t.Helper()
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", root))
+	if err != nil {
+		t.Fatalf("lifeboat's PID namespace: %v", err)
+	}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == root {
+			continue
+		}
+		if l, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "pid")); err != nil || l != ns {
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
 		if err != nil {
 			continue
 		}
 		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) == 3 && f[0] == "NSpid:" && f[2] == strconv.Itoa(nsPid) {
-				pid, _ := strconv.Atoi(e.Name())
-				if pid != root {
-					return pid
-				}
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "NSpid:" && f[len(f)-1] == strconv.Itoa(nsPid) {
+				return pid
 			}
 		}
 	}
-	t.Fatalf("no process with namespace pid %d", nsPid)
+	t.Fatalf("no process with pid %d in lifeboat's PID namespace %s", nsPid, ns)
 	return 0
 }
 
