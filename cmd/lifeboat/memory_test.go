@@ -129,7 +129,7 @@ const python = "/usr/bin/python3"
 
 // TestOOMScoreProtectsLifeboatFromWorkers: a trainer whose 80 workers each
 // hold a little memory (every one smaller than lifeboat) runs a 200 MiB
-// cgroup out of memory. By size alone the kernel would take lifeboat
+// cgroup out of memory: the workers hold it until all are forked. By size alone the kernel would take lifeboat
 // first (it did, on the code before: lifeboat died by SIGKILL); with the
 // trainer's tree at oom_score_adj 1000 it takes a process of that tree.
 // Which one is the kernel's choice among equals (by their sizes at that
@@ -141,15 +141,21 @@ func TestOOMScoreProtectsLifeboatFromWorkers(t *testing.T) {
 	cg, setpriv := unprivilegedCgroup(t)
 	bin, dir := nobodyBinary(t)
 	script := filepath.Join(dir, "workers.py")
-	if err := os.WriteFile(script, []byte(`import os, sys, time
+	if err := os.WriteFile(script, []byte(`import os, sys
+# Each worker holds its 3 MiB until the pipe's last writer closes it: the
+# parent does once every worker is forked (or when it dies), so the 80
+# hold 240 MiB together however slowly the machine forks them.
+r, w = os.pipe()
 pids = []
 for i in range(80):
     pid = os.fork()
     if pid == 0:
-        b = bytearray(3 << 20)
-        time.sleep(4)
+        os.close(w)
+        b = b"\1" * (3 << 20)
+        os.read(r, 1)
         os._exit(0)
     pids.append(pid)
+os.close(w)
 killed = sum(os.WIFSIGNALED(os.waitpid(p, 0)[1]) for p in pids)
 print("workers killed", killed, flush=True)
 sys.exit(3 if killed else 0)
