@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
 	"github.com/lifeboat-project/lifeboat/limits/gpu"
 	"github.com/lifeboat-project/lifeboat/limits/memory"
+	"github.com/lifeboat-project/lifeboat/storage"
 )
 
 // doctorOptions are the flags of `lifeboat doctor`.
@@ -66,6 +68,10 @@ type storeReport struct {
 	Error       string `json:"error,omitempty"`
 	Checkpoints int    `json:"checkpoints"`
 	Latest      int64  `json:"latest_complete_step"`
+	// ConditionalWrites is the conditional-write probe's answer for an
+	// S3 store: "enforced", "NOT enforced: ..." (a failed check unless
+	// --s3-unsafe-no-conditional-writes), or the probe's error.
+	ConditionalWrites string `json:"conditional_writes,omitempty"`
 }
 
 func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -73,6 +79,7 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs := newFlagSet("doctor", stderr)
 	o.common.register(fs)
 	o.store.register(fs)
+	o.store.registerWriter(fs)
 	o.gpu.register(fs)
 	o.gpu.registerWatchdog(fs)
 	fs.StringVar(&o.reserve, "memory-reserve", "64MiB", "memory kept for lifeboat out of the container's limit")
@@ -95,6 +102,23 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // is --memory-reserve, as for lifeboat run.
 func (o *doctorOptions) withDefaults() {
 	o.memory.reserve = o.reserve
+}
+
+// probeReport is the conditional-write probe's line of the store report;
+// a store that fails it fails the check unless unsafe (lifeboat run would
+// run on it).
+func probeReport(ctx context.Context, s storage.Store, unsafe bool, failed *bool) string {
+	p, err := storage.ProbeConditionalWrites(ctx, s, time.Now)
+	switch {
+	case errors.Is(err, storage.ErrNoConditionalWrites) && unsafe:
+		return "NOT enforced (accepted by --s3-unsafe-no-conditional-writes): " + err.Error()
+	case err != nil:
+		*failed = true
+		return "NOT enforced or not checked (lifeboat run refuses the store): " + err.Error()
+	case p.Cached:
+		return fmt.Sprintf("enforced (probed at %s)", p.Checked.UTC().Format(time.RFC3339))
+	}
+	return "enforced (probed now: a second create-only write of one key was refused)"
 }
 
 // runDoctor reports what lifeboat run would find here; a failed check
@@ -137,6 +161,9 @@ func runDoctor(ctx context.Context, o *doctorOptions) error {
 					if sn.Complete && sn.Step > sr.Latest {
 						sr.Latest = sn.Step
 					}
+				}
+				if loc, _ := storage.ParseURL(o.store.url); loc.Scheme == "s3" {
+					sr.ConditionalWrites = probeReport(ctx, s, o.store.unsafeNoConditionalWrites, &rep.Failed)
 				}
 			}
 		}
@@ -189,6 +216,9 @@ func runDoctor(ctx context.Context, o *doctorOptions) error {
 		fmt.Fprintf(w, "\nStore\n  %s: ", sr.Store)
 		if sr.Reachable {
 			fmt.Fprintf(w, "reachable, %d checkpoints, latest complete step %d\n", sr.Checkpoints, sr.Latest)
+			if sr.ConditionalWrites != "" {
+				fmt.Fprintf(w, "  conditional writes: %s\n", sr.ConditionalWrites)
+			}
 		} else {
 			fmt.Fprintf(w, "NOT reachable: %s\n", sr.Error)
 		}

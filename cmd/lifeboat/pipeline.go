@@ -228,6 +228,9 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	if err != nil {
 		return nil, err
 	}
+	if err := so.checkConditionalWrites(ctx, s, log); err != nil {
+		return nil, err
+	}
 	p.store = s
 	if !co.sidecar {
 		removed, err := checkpoint.RemoveStaleRestores(dir)

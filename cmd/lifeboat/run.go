@@ -60,6 +60,7 @@ func newRunFlags(o *runOptions, w io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.maxRestarts, "max-restarts", 3, "restarts allowed with --restart on-failure")
 	fs.DurationVar(&o.restartBackoff, "restart-backoff", 10*time.Second, "wait before the first restart; doubled for each next one (max 5m)")
 	o.store.register(fs)
+	o.store.registerWriter(fs)
 	o.checkpoint.register(fs)
 	o.ranks.register(fs)
 	o.observe.register(fs, true)

@@ -28,6 +28,7 @@ func sidecarCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := newFlagSet("sidecar", stderr)
 	o.common.register(fs)
 	o.store.register(fs)
+	o.store.registerWriter(fs)
 	o.checkpoint.register(fs)
 	o.ranks.register(fs)
 	o.observe.register(fs, false)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -25,6 +26,10 @@ type storeOptions struct {
 	caFile       string
 	createBucket bool
 	uploadLimit  string
+
+	// unsafeNoConditionalWrites runs on an S3 store that failed the
+	// conditional-write probe (registerWriter).
+	unsafeNoConditionalWrites bool
 
 	// The S3 client's clocks; zero (options not from flags) means the
 	// default.
@@ -51,6 +56,41 @@ func (o *storeOptions) register(fs *flag.FlagSet) {
 		"give up on an S3 request whose response does not start this long after it was sent (an upload still sending is never cut)")
 	positiveDurationVar(fs, &o.stallTimeout, "s3-stall-timeout", s3.DefaultStallTimeout,
 		"fail an S3 transfer that moves no byte for this long, so that it is retried")
+}
+
+// registerWriter defines the flags of the commands that commit to the
+// store (run and sidecar) and of doctor, which checks what they would.
+func (o *storeOptions) registerWriter(fs *flag.FlagSet) {
+	fs.BoolVar(&o.unsafeNoConditionalWrites, "s3-unsafe-no-conditional-writes", false,
+		"run on an S3 store that does not refuse a second create-only write (If-None-Match: *): two writers of one step can then overwrite each other's manifests and stop records")
+}
+
+// checkConditionalWrites makes sure an S3 store refuses a create-only
+// write of an existing key before anything is committed to it
+// (storage.ProbeConditionalWrites; the answer is kept in the store for a
+// day, so the ranks of a job probe once). A store that does not is
+// refused, unless --s3-unsafe-no-conditional-writes accepts it with a
+// WARN. The kernel enforces a directory store's create-only writes: it
+// is not probed.
+func (o *storeOptions) checkConditionalWrites(ctx context.Context, s storage.Store, log *slog.Logger) error {
+	if loc, err := storage.ParseURL(o.url); err != nil || loc.Scheme != "s3" {
+		return nil
+	}
+	p, err := storage.ProbeConditionalWrites(ctx, s, time.Now)
+	switch {
+	case errors.Is(err, storage.ErrNoConditionalWrites) && o.unsafeNoConditionalWrites:
+		log.Warn("store.conditional_writes_unsafe", "store", s.String(),
+			"effect", "commits and stop records are plain writes: two writers of one step and rank (a replacement pod starting before the old one ended, two pods given one rank) overwrite each other's manifests without an error",
+			"hint", "use a server that enforces If-None-Match: * on PUT (MinIO, AWS S3, recent Ceph RGW), then unset --s3-unsafe-no-conditional-writes (LIFEBOAT_S3_UNSAFE_NO_CONDITIONAL_WRITES)")
+		return nil
+	case errors.Is(err, storage.ErrNoConditionalWrites):
+		return fmt.Errorf("%w; lifeboat commits checkpoints and stop records with create-only writes, and without them two writers of one step overwrite each other's manifests: "+
+			"use a server (or a proxy in front of it) that enforces If-None-Match: * on PUT, or set --s3-unsafe-no-conditional-writes (LIFEBOAT_S3_UNSAFE_NO_CONDITIONAL_WRITES) to run anyway", err)
+	case err != nil:
+		return err
+	}
+	log.Info("store.conditional_writes", "store", s.String(), "checked", p.Checked, "cached", p.Cached)
+	return nil
 }
 
 // positiveDuration is a duration flag that refuses zero and negative

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 
@@ -457,5 +458,30 @@ func TestCreateOnlyCheckedAtComplete(t *testing.T) {
 	}
 	if ids := incomplete(t, s); len(ids) != 0 {
 		t.Fatalf("unfinished uploads left: %q", ids)
+	}
+}
+
+// TestProbeConditionalWrites: the test MinIO server refuses a second
+// create-only write and passes the probe; the same server behind an
+// endpoint that drops If-None-Match (as a server without conditional
+// writes does) accepts it, and the probe says so.
+func TestProbeConditionalWrites(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfig(t)
+	p, err := storage.ProbeConditionalWrites(ctx, newTestStore(t, cfg), time.Now)
+	if err != nil || p.Cached {
+		t.Fatalf("probe of MinIO: %+v, %v; want a fresh pass", p, err)
+	}
+
+	stripper := testenv.NewConditionStripper(t, testenv.RequireMinIO(t))
+	cfg = testConfig(t)
+	cfg.Endpoint = stripper.URL
+	s := newTestStore(t, cfg)
+	_, err = storage.ProbeConditionalWrites(ctx, s, time.Now)
+	if !errors.Is(err, storage.ErrNoConditionalWrites) || !storage.IsPermanent(err) {
+		t.Fatalf("probe behind an endpoint that drops If-None-Match: %v; want a permanent ErrNoConditionalWrites", err)
+	}
+	if stripper.Stripped.Load() == 0 {
+		t.Fatal("no request carried If-None-Match through the stripping endpoint")
 	}
 }
