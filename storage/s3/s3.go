@@ -154,6 +154,12 @@ func (s *Store) checkBucket(ctx context.Context) error {
 	if ok {
 		return nil
 	}
+	// BucketExists is a HEAD, whose answer has no body: every 404 reads as
+	// NoSuchBucket, also a server's refusal of the keys (versitygw's).
+	// A listing's answer says which it is.
+	if err := s.confirmNoBucket(ctx); err != nil {
+		return err
+	}
 	if !s.cfg.CreateBucket {
 		return storage.Permanent(fmt.Errorf("s3: bucket %q does not exist at %s; create it or set --create-bucket", s.cfg.Bucket, s.cfg.Endpoint))
 	}
@@ -167,6 +173,24 @@ func (s *Store) checkBucket(ctx context.Context) error {
 	return nil
 }
 
+// confirmNoBucket lists one key of the bucket that a HEAD found missing:
+// nil when the server says NoSuchBucket (or lists, for a bucket made
+// meanwhile), else the listing's error explained.
+func (s *Store) confirmNoBucket(ctx context.Context) error {
+	octx, end := s.openCall(ctx)
+	defer end(nil)
+	lctx, cancel := context.WithCancel(octx)
+	defer cancel()
+	for oi := range s.client.ListObjectsIter(lctx, s.cfg.Bucket, minio.ListObjectsOptions{MaxKeys: 1}) {
+		var resp minio.ErrorResponse
+		if oi.Err != nil && !(errors.As(oi.Err, &resp) && classifyAnswer(resp) == kindNoBucket) {
+			return s.connectError(failed(octx, oi.Err))
+		}
+		break
+	}
+	return nil
+}
+
 // connectError explains a failure of the first request to the server.
 func (s *Store) connectError(err error) error {
 	where := fmt.Sprintf("bucket %q at %s", s.cfg.Bucket, s.cfg.Endpoint)
@@ -176,14 +200,8 @@ func (s *Store) connectError(err error) error {
 	}
 	var resp minio.ErrorResponse
 	if errors.As(err, &resp) {
-		switch resp.Code {
-		case "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "InvalidClientTokenId":
-			return storage.Permanent(fmt.Errorf("s3: the server refused the credentials for %s (%s: %s); check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the credentials file, or the IAM role)", where, resp.Code, resp.Message))
-		case "AccessDenied", "AllAccessDisabled":
-			return storage.Permanent(fmt.Errorf("s3: access denied to %s (%s); check the credentials and that their policy allows s3:ListBucket, s3:GetObject, s3:PutObject and s3:DeleteObject on the bucket", where, resp.Message))
-		}
-		if resp.StatusCode == http.StatusForbidden {
-			return storage.Permanent(fmt.Errorf("s3: access denied to %s (HTTP 403); check the credentials and the bucket policy", where))
+		if e := s.explain(resp); e != nil {
+			return e
 		}
 	}
 	var uerr x509.UnknownAuthorityError
@@ -225,13 +243,40 @@ func (s *Store) translate(ctx context.Context, op, key string, err error) error 
 			return fmt.Errorf("s3: %s %s: %w", op, key, storage.ErrExists)
 		case "BadDigest", "InvalidDigest", "XAmzContentChecksumMismatch", "XAmzContentSHA256Mismatch", "InvalidChecksum":
 			return storage.Permanent(fmt.Errorf("s3: %s %s: %s: %w", op, key, resp.Message, storage.ErrChecksum))
-		case "NoSuchBucket":
-			return storage.Permanent(fmt.Errorf("s3: %s %s: bucket %q does not exist at %s; create it or set --create-bucket: %w", op, key, s.cfg.Bucket, s.cfg.Endpoint, err))
-		case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "AllAccessDisabled":
-			return storage.Permanent(fmt.Errorf("s3: %s %s in bucket %q at %s: %w", op, key, s.cfg.Bucket, s.cfg.Endpoint, err))
+		}
+		if e := s.explain(resp); e != nil {
+			return fmt.Errorf("s3: %s %s: %w", op, key, e)
 		}
 	}
 	return fmt.Errorf("s3: %s %s: %w", op, key, err)
+}
+
+// explain turns a server's error answer into an error that says what is
+// wrong and what to change, marked permanent where no retry can help; nil
+// when the answer is none of the kinds it knows.
+func (s *Store) explain(resp minio.ErrorResponse) error {
+	where := fmt.Sprintf("bucket %q at %s", s.cfg.Bucket, s.cfg.Endpoint)
+	answer := fmt.Sprintf("%s, HTTP %d: %s", resp.Code, resp.StatusCode, resp.Message)
+	switch classifyAnswer(resp) {
+	case kindCredentials:
+		return storage.Permanent(fmt.Errorf("s3: the server refused the credentials for %s (%s); check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the credentials file, or the IAM role)", where, answer))
+	case kindDenied:
+		return storage.Permanent(fmt.Errorf("s3: access denied to %s (%s); check the credentials and that their policy allows s3:ListBucket, s3:GetObject, s3:PutObject and s3:DeleteObject on the bucket", where, answer))
+	case kindNoBucket:
+		return storage.Permanent(fmt.Errorf("s3: bucket %q does not exist at %s; create it or set --create-bucket", s.cfg.Bucket, s.cfg.Endpoint))
+	case kindAddressing:
+		if s.cfg.BucketLookup != LookupPath {
+			return storage.Permanent(fmt.Errorf("s3: %s answered %s: the request did not reach the bucket, as when a server without virtual-host (DNS) bucket names is addressed that way; set --s3-bucket-lookup path (LIFEBOAT_S3_BUCKET_LOOKUP=path)", where, answer))
+		}
+	case kindFull:
+		return storage.Permanent(fmt.Errorf("s3: %s is out of space or over its quota (%s); this is the server's side: free space on the server or raise the bucket's quota", where, answer))
+	case kindServer:
+		return fmt.Errorf("s3: %s failed on the server's side (%s); if it persists, check the server's logs and free space (a server out of disks or volumes answers so)", where, answer)
+	}
+	if resp.StatusCode == http.StatusForbidden {
+		return storage.Permanent(fmt.Errorf("s3: access denied to %s (HTTP 403); check the credentials and the bucket policy", where))
+	}
+	return nil
 }
 
 // Get returns a reader for a range of key. The request is made before Get
