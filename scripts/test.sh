@@ -22,6 +22,7 @@ need_pymods torch:python3-torch numpy:python3-numpy
 work=$(mktemp -d "${TMPDIR:-/tmp}/lifeboat-test.XXXXXX")
 cleanup() {
 	scripts/minio.sh stop "$work/minio" >/dev/null 2>&1 || true
+	scripts/minio.sh stop "$work/versitygw" >/dev/null 2>&1 || true
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -46,6 +47,17 @@ log "go test -race ${args[*]}"
 go test -race -count=1 -timeout 30m "${args[@]}"
 
 if (($# == 0)); then
+	# A second S3 server, not MinIO: the store's conformance suite, the S3
+	# tests of checkpoint and coord, and the real binary's preempt and
+	# resume cycle and conditional-write probe run against it too.
+	log "the S3 suites against versitygw"
+	scripts/minio.sh start-versitygw "$work/versitygw" >&2
+	(
+		# shellcheck disable=SC1091
+		. "$work/versitygw/env"
+		go test -race -count=1 -timeout 20m ./storage/s3/ ./checkpoint/ ./coord/
+		go test -race -count=1 -timeout 20m -run '^(TestPreemptAndResume|TestConditionalWritesProbed)$' ./cmd/lifeboat/
+	)
 	log "Python helper and example trainer"
 	scripts/python-test.sh
 	log "fuzzing each target briefly (make fuzz runs them long)"
