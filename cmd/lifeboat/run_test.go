@@ -664,12 +664,14 @@ func TestRestartOnFailure(t *testing.T) {
 func TestRestartClearsTheLeftoversDeadline(t *testing.T) {
 	dir := t.TempDir()
 	count := filepath.Join(dir, "runs")
-	// First run: start a leftover that exits 1 s after TERM, then crash.
-	// Second run: live 3 s (past the first run's 2 s deadline), then exit 0.
+	// First run: start a leftover that exits at once on TERM, then crash:
+	// the 4 s deadline is armed for it, and no busy machine makes its
+	// exit late for it. Second run: live 5 s (past the first run's
+	// deadline), then exit 0.
 	script := fmt.Sprintf(`n=$(cat %[1]s 2>/dev/null || echo 0); echo $((n+1)) > %[1]s
-if [ "$n" = 0 ]; then %[2]s cleanup %[3]s 1s & while [ ! -f %[3]s.ready ]; do sleep 0.01; done; exit 3; fi
-sleep 3; exit 0`, count, childBin, filepath.Join(dir, "leftover"))
-	p := start(t, "plain", "run", "--grace", "2s", "--restart", "on-failure", "--restart-backoff", "10ms", "--", "sh", "-c", script)
+if [ "$n" = 0 ]; then %[2]s cleanup %[3]s 0s & while [ ! -f %[3]s.ready ]; do sleep 0.01; done; exit 3; fi
+sleep 5; exit 0`, count, childBin, filepath.Join(dir, "leftover"))
+	p := start(t, "plain", "run", "--grace", "4s", "--restart", "on-failure", "--restart-backoff", "10ms", "--", "sh", "-c", script)
 	if code := p.wait(); code != 0 {
 		t.Errorf("exit %d, want 0; stderr:\n%s", code, tail(p.stderr.String()))
 	}
