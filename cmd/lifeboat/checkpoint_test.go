@@ -300,16 +300,29 @@ func TestRestoreFallsBackPastCorruption(t *testing.T) {
 	newest, previous := entries[len(entries)-1].Step, entries[len(entries)-2].Step
 
 	// Flip a byte in a chunk only the newest checkpoint has: the model
-	// bytes depend on the step, so its chunks are its own.
-	// The newest large chunk is the newest checkpoint's model.
-	chunks, _ := filepath.Glob(filepath.Join(root, "store", "chunks", "*", "*"))
-	var target string
-	newestTime := time.Time{}
-	for _, c := range chunks {
-		fi, _ := os.Stat(c)
-		if fi.Size() > 1000 && fi.ModTime().After(newestTime) {
-			newestTime, target = fi.ModTime(), c
+	// bytes depend on the step, so its chunks are its own. The manifests
+	// say which they are (the newest file's time would not: the final
+	// flush and the upload of the step before can store their chunks in
+	// the same clock tick).
+	byStep := map[int64]map[string]int64{}
+	for _, m := range storeManifests(t, openCrashStore(t, url)) {
+		if byStep[m.Step] == nil {
+			byStep[m.Step] = map[string]int64{}
 		}
+		for _, f := range m.Files {
+			for _, c := range f.Chunks {
+				byStep[m.Step][c.SHA256] = c.Size
+			}
+		}
+	}
+	var target string
+	for sum, size := range byStep[newest] {
+		if _, shared := byStep[previous][sum]; size > 1000 && !shared {
+			target = filepath.Join(root, "store", "chunks", sum[:2], sum)
+		}
+	}
+	if target == "" {
+		t.Fatalf("step %d has no large chunk of its own: %v, step %d: %v", newest, byStep[newest], previous, byStep[previous])
 	}
 	b, err := os.ReadFile(target)
 	if err != nil {
