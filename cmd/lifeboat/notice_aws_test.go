@@ -167,12 +167,13 @@ func TestAWSNoticesFromTheMock(t *testing.T) {
 
 	for _, mode := range modes {
 		t.Run("save on rebalance/"+mode, func(t *testing.T) {
-			addr, metricsAddr := freeAddr(t), freeAddr(t)
+			addr := freeAddr(t)
 			out := filepath.Join(t.TempDir(), "rec")
 			p := startEnv(t, mode, []string{"AWS_EC2_METADATA_SERVICE_ENDPOINT=http://" + addr, "LIFEBOAT_NOTICE_ON_REBALANCE=true"},
 				"run", "--notices", "aws", "--notice-signal", "USR1", "--notice-interval", "50ms",
-				"--grace", "1m", "--metrics-addr", metricsAddr, "--", childBin, "record", out, "TERM")
+				"--grace", "1m", "--metrics-addr", "127.0.0.1:0", "--", childBin, "record", out, "TERM")
 			trainerReady(t, p, mode, out)
+			metricsAddr := listenAddr(t, p)
 			startAWSMock(t, bin, addr, spotTime)
 			// USR1 for the rebalance recommendation, then USR1 for the
 			// interruption notice: the trainer saved early and still runs.

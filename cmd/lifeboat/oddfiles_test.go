@@ -148,9 +148,9 @@ func TestUnreadableFileKeepsItsCheckpoint(t *testing.T) {
 	if out, err := exec.Command("chown", "-R", "nobody:nogroup", root).CombinedOutput(); err != nil {
 		t.Fatalf("chown: %v %s", err, out)
 	}
-	addr := freeAddr(t)
 	p := start(t, "nobody", "sidecar", "--store", "file://"+store, "--dir", src, "--settle", "200ms", "--scan-interval", "100ms",
-		"--metrics-addr", addr)
+		"--metrics-addr", "127.0.0.1:0")
+	addr := listenAddr(t, p)
 	waitFor(t, p, func() bool { return strings.Contains(p.stderr.String(), "secret.bin") })
 	time.Sleep(2 * time.Second) // 20 scans: none may try again or say it again
 	log := p.stderr.String()
