@@ -141,15 +141,22 @@ func TestOOMScoreProtectsLifeboatFromWorkers(t *testing.T) {
 	cg, setpriv := unprivilegedCgroup(t)
 	bin, dir := nobodyBinary(t)
 	script := filepath.Join(dir, "workers.py")
-	if err := os.WriteFile(script, []byte(`import os, sys, time
+	// Each worker holds its memory until the trainer has started them all
+	// (the pipe's write end closes), so that 240 MiB are held at once
+	// however slowly a busy machine forks them; a fixed 4 s sleep let the
+	// first workers exit before the last had started.
+	if err := os.WriteFile(script, []byte(`import os, sys
+r, w = os.pipe()
 pids = []
 for i in range(80):
     pid = os.fork()
     if pid == 0:
+        os.close(w)
         b = bytearray(3 << 20)
-        time.sleep(4)
+        os.read(r, 1)
         os._exit(0)
     pids.append(pid)
+os.close(w)
 killed = sum(os.WIFSIGNALED(os.waitpid(p, 0)[1]) for p in pids)
 print("workers killed", killed, flush=True)
 sys.exit(3 if killed else 0)
