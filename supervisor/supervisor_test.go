@@ -374,12 +374,16 @@ func findChild(t *testing.T, comm string) int {
 	return 0
 }
 
-// waitZombie waits until this test's child pid is dead and not yet reaped.
+// waitZombie waits until this test's child pid is dead: a zombie, or
+// already reaped by the loop (it also reaps on its own tick).
 func waitZombie(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(hangLimit)
 	for time.Now().Before(deadline) {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if errors.Is(err, os.ErrNotExist) {
+			return
+		}
 		if err != nil {
 			t.Fatalf("child %d: %v", pid, err)
 		}
