@@ -52,6 +52,39 @@ func writeFile(t *testing.T, path string, size int, seed byte) {
 	}
 }
 
+// flushKey marks the context of a test's Flush: a FaultStore can then tell
+// the final flush's requests from those of the background uploads.
+type flushKey struct{}
+
+func flushContext() context.Context { return context.WithValue(context.Background(), flushKey{}, true) }
+
+func isFlush(ctx context.Context) bool { return ctx.Value(flushKey{}) != nil }
+
+// holdBackground blocks a request of the background uploads while on is
+// set, until its context ends (the final flush cancels an upload whose
+// checkpoint changed since), and says on blocked that one is held.
+func holdBackground(ctx context.Context, on *atomic.Bool, blocked chan<- struct{}) error {
+	if !on.Load() || isFlush(ctx) {
+		return nil
+	}
+	select {
+	case blocked <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// waitHeld waits until a background upload is held by holdBackground.
+func waitHeld(t *testing.T, blocked <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-blocked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no background upload started")
+	}
+}
+
 // run starts a.Run and returns a stop function that waits for it.
 func run(t *testing.T, a *Agent) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -134,23 +167,43 @@ func TestFlushDoesNotListChunks(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	dir, inner := t.TempDir(), mem.New()
 	var lists atomic.Int64
-	s := &mem.FaultStore{Inner: inner, OnList: func(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
-		if strings.HasPrefix(prefix, "chunks/") {
-			lists.Add(1)
-		}
-		return inner.List(ctx, prefix, fn)
-	}}
+	var hold atomic.Bool
+	blocked := make(chan struct{}, 1)
+	s := &mem.FaultStore{Inner: inner,
+		OnList: func(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
+			if err := holdBackground(ctx, &hold, blocked); err != nil {
+				return err
+			}
+			if strings.HasPrefix(prefix, "chunks/") && isFlush(ctx) {
+				lists.Add(1)
+			}
+			return inner.List(ctx, prefix, fn)
+		},
+		OnPut: func(ctx context.Context, key string, r io.Reader, size int64, o storage.PutOptions) (storage.ObjectInfo, error) {
+			if err := holdBackground(ctx, &hold, blocked); err != nil {
+				return storage.ObjectInfo{}, err
+			}
+			return inner.Put(ctx, key, r, size, o)
+		},
+	}
 	writeFile(t, filepath.Join(dir, "step-1", "model.bin"), 200<<10, 1)
 	a := setup(t, dir, s, time.Millisecond, 10*time.Millisecond)
 	stop := run(t, a)
 	defer stop()
 	waitFor(t, "step 1", func() bool { return a.Stats().LastStep == 1 })
-	before := lists.Load()
+	// The background upload of step 2 is held in flight, and step 2 is
+	// saved again (as at a stop): the final flush cancels the stale upload
+	// and uploads step 2 itself. Without the hold, a background upload
+	// could store step 2 before the flush on a busy machine, and its
+	// listing was counted as the flush's.
+	hold.Store(true)
 	writeFile(t, filepath.Join(dir, "step-2", "model.bin"), 200<<10, 2)
-	if err := a.Flush(context.Background()); err != nil {
+	waitHeld(t, blocked)
+	writeFile(t, filepath.Join(dir, "step-2", "model.bin"), 210<<10, 3)
+	if err := a.Flush(flushContext()); err != nil {
 		t.Fatal(err)
 	}
-	if n := lists.Load() - before; n != 0 {
+	if n := lists.Load(); n != 0 {
 		t.Errorf("the final flush listed the store's chunks %d times, want 0", n)
 	}
 	out := t.TempDir()

@@ -43,10 +43,14 @@ func (r *recorder) of(k EventKind) []Event {
 func TestNotifyCommitsFailuresAndFinal(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	dir, inner := t.TempDir(), mem.New()
-	var fail atomic.Bool
+	var fail, hold atomic.Bool
+	blocked := make(chan struct{}, 1)
 	s := &mem.FaultStore{Inner: inner, OnPut: func(ctx context.Context, key string, r io.Reader, size int64, o storage.PutOptions) (storage.ObjectInfo, error) {
 		if fail.Load() {
 			return storage.ObjectInfo{}, errors.New("injected: connection reset")
+		}
+		if err := holdBackground(ctx, &hold, blocked); err != nil {
+			return storage.ObjectInfo{}, err
 		}
 		return inner.Put(ctx, key, r, size, o)
 	}}
@@ -66,8 +70,14 @@ func TestNotifyCommitsFailuresAndFinal(t *testing.T) {
 	if f := rec.of(EventUploadFailed)[0]; f.Step != 20 || f.Err == "" {
 		t.Errorf("failure event %+v, want step 20 with its error", f)
 	}
+	// The background's next try of step 20 is held in flight, and step 20
+	// is saved again (as at a stop), so that the final flush, and not a
+	// background retry that a busy machine let come first, commits it.
+	hold.Store(true)
 	fail.Store(false)
-	if err := a.Flush(context.Background()); err != nil {
+	waitHeld(t, blocked)
+	writeFile(t, filepath.Join(dir, "step-20", "model.bin"), 110<<10, 3)
+	if err := a.Flush(flushContext()); err != nil {
 		t.Fatal(err)
 	}
 	stop()

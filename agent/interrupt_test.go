@@ -73,8 +73,12 @@ func TestInterruptedSaveIsNotCommitted(t *testing.T) {
 	var logs bytes.Buffer
 	a, s := interruptAgentSettle(t, dir, &logs, settle)
 	time.Sleep(2 * settle) // step-100 was quiet for the settle time before the death
-	writeFile(t, filepath.Join(dir, "step-200", "model.bin"), 10<<10, 2)
-	a.Died(Death{Pid: 4242, How: "killed by SIGKILL", At: time.Now()})
+	p200 := filepath.Join(dir, "step-200", "model.bin")
+	writeFile(t, p200, 10<<10, 2)
+	// The trainer died right after that write: at the file's last change,
+	// not whenever this goroutine next runs, which a busy machine could
+	// put past the settle time and make step-200 look whole.
+	a.Died(Death{Pid: 4242, How: "killed by SIGKILL", At: lastChangeOf(t, p200)})
 	go a.Run(context.Background())
 	if err := a.Flush(context.Background()); err != nil {
 		t.Fatal(err)
@@ -88,6 +92,21 @@ func TestInterruptedSaveIsNotCommitted(t *testing.T) {
 	if !strings.Contains(logs.String(), `"msg":"checkpoint.interrupted"`) || !strings.Contains(logs.String(), `"pid":4242`) {
 		t.Errorf("no checkpoint.interrupted line naming the process:\n%s", logs.String())
 	}
+}
+
+// lastChangeOf is when path's content or status last changed, as the
+// watcher sees it.
+func lastChangeOf(t *testing.T, path string) time.Time {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	m, c := time.Unix(st.Mtim.Unix()), time.Unix(st.Ctim.Unix())
+	if c.After(m) {
+		return c
+	}
+	return m
 }
 
 // TestWholePickleSurvivesALaterDeath: the SIGTERM save finished (a whole

@@ -117,7 +117,7 @@ func (f *fakeAPI) client(t *testing.T) *Client {
 	t.Helper()
 	dir := f.saDir(t)
 	c, err := New(Config{Server: f.srv.URL, TokenFile: filepath.Join(dir, "token"), CAFile: filepath.Join(dir, "ca.crt"),
-		Namespace: testNS, Pod: testPod, Timeout: 2 * time.Second, Backoff: func(int) time.Duration { return 0 }})
+		Namespace: testNS, Pod: testPod, Timeout: 30 * time.Second, Backoff: func(int) time.Duration { return 0 }})
 	if err != nil {
 		t.Fatal(err)
 	}

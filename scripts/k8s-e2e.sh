@@ -883,7 +883,10 @@ preempt() {
 	fi
 	pass "[$ns] $p1 trains and committed step $(last_field "$ns" "$p1" "$up" checkpoint.committed step)"
 	local t0=$SECONDS
-	urgent "$ns" urgent 20
+	# The urgent pod holds the GPU for 60 s once it runs: far longer than
+	# the dozen kubectl calls, on a busy machine, between its start and the
+	# check below that $p2 waits for it.
+	urgent "$ns" urgent 60
 	wait_until 150 "$p1 to end" terminated "$ns" "$p1" trainer || die "[$ns] $p1 did not end after the preemption"
 	log "[$ns] $p1 ended $((SECONDS - t0))s after the urgent pod was created"
 	expect "[$ns] $p1 DisruptionTarget" "$(condition "$ns" "$p1" DisruptionTarget status)/$(condition "$ns" "$p1" DisruptionTarget reason)" True/PreemptionByScheduler
@@ -924,7 +927,7 @@ preempt() {
 	wait_until 60 "the urgent pod to run" phase_is "$ns" urgent Running || fail "[$ns] the urgent pod did not run"
 	expect "[$ns] $p2 waits while the urgent pod holds the GPU" \
 		"$(phase "$ns" "$p2")/$(condition "$ns" "$p2" PodScheduled reason)" Pending/Unschedulable
-	wait_until 90 "the urgent pod to end" phase_is "$ns" urgent Succeeded || fail "[$ns] the urgent pod did not end"
+	wait_until 120 "the urgent pod to end" phase_is "$ns" urgent Succeeded || fail "[$ns] the urgent pod did not end"
 	wait_until 120 "$p2's trainer to start" trainer_started "$ns" "$p2" || die "[$ns] $p2's trainer did not start"
 	expect "[$ns] $p2 restored the newest checkpoint (resume.restored step manifest_id = lifeboat ls)" \
 		"$(last_field "$ns" "$p2" "$rs" resume.restored step) $(last_field "$ns" "$p2" "$rs" resume.restored manifest_id)" "$stored"

@@ -103,10 +103,10 @@ func TestSecretsNeverLeak(t *testing.T) {
 	store := "s3://lifeboat-secrets-test/job"
 	root := t.TempDir()
 	tlog := filepath.Join(root, "termination-log")
-	addr := freeAddr(t)
 	tr := startTrainer(t, env, "run", "--store", store, "--dir", filepath.Join(root, "pod"), "--settle", "100ms",
-		"--scan-interval", "50ms", "--metrics-addr", addr, "--termination-log", tlog, "--log-level", "debug",
+		"--scan-interval", "50ms", "--metrics-addr", "127.0.0.1:0", "--termination-log", tlog, "--log-level", "debug",
 		"--", "python3", "-u", "testdata/trainer.py", "dirs")
+	addr := listenAddr(t, tr.lb)
 	for saved := 0; saved < 2; {
 		if tr.next(t).Event == "saved" {
 			saved++

@@ -300,16 +300,29 @@ func TestRestoreFallsBackPastCorruption(t *testing.T) {
 	newest, previous := entries[len(entries)-1].Step, entries[len(entries)-2].Step
 
 	// Flip a byte in a chunk only the newest checkpoint has: the model
-	// bytes depend on the step, so its chunks are its own.
-	// The newest large chunk is the newest checkpoint's model.
-	chunks, _ := filepath.Glob(filepath.Join(root, "store", "chunks", "*", "*"))
-	var target string
-	newestTime := time.Time{}
-	for _, c := range chunks {
-		fi, _ := os.Stat(c)
-		if fi.Size() > 1000 && fi.ModTime().After(newestTime) {
-			newestTime, target = fi.ModTime(), c
+	// bytes depend on the step, so its chunks are its own. The manifests
+	// say which they are (the newest file's time would not: the final
+	// flush and the upload of the step before can store their chunks in
+	// the same clock tick).
+	byStep := map[int64]map[string]int64{}
+	for _, m := range storeManifests(t, openCrashStore(t, url)) {
+		if byStep[m.Step] == nil {
+			byStep[m.Step] = map[string]int64{}
 		}
+		for _, f := range m.Files {
+			for _, c := range f.Chunks {
+				byStep[m.Step][c.SHA256] = c.Size
+			}
+		}
+	}
+	var target string
+	for sum, size := range byStep[newest] {
+		if _, shared := byStep[previous][sum]; size > 1000 && !shared {
+			target = filepath.Join(root, "store", "chunks", sum[:2], sum)
+		}
+	}
+	if target == "" {
+		t.Fatalf("step %d has no large chunk of its own: %v, step %d: %v", newest, byStep[newest], previous, byStep[previous])
 	}
 	b, err := os.ReadFile(target)
 	if err != nil {
@@ -502,7 +515,9 @@ func TestInitContainerRestore(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address that was free a moment ago.
+// freeAddr returns a loopback address that was free a moment ago. Another
+// process may take it before it is used: lifeboat's metrics server listens
+// on 127.0.0.1:0 instead, and the tests read its address with listenAddr.
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -511,6 +526,23 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// listenAddr waits until lifeboat has logged metrics.listening and returns
+// the address its metrics server bound (--metrics-addr 127.0.0.1:0).
+func listenAddr(t *testing.T, p *lb) string {
+	t.Helper()
+	var addr string
+	waitFor(t, p, func() bool {
+		for _, rec := range logRecords(p.stderr.String()) {
+			if a, ok := rec["addr"].(string); ok && rec["msg"] == "metrics.listening" {
+				addr = a
+				return true
+			}
+		}
+		return false
+	})
+	return addr
 }
 
 // scrape returns the value of an unlabelled metric, or -1e9 when absent.
@@ -536,10 +568,10 @@ func scrape(t *testing.T, addr, name string) float64 {
 // the store's credentials appear nowhere.
 func TestMetricsMoveDuringARun(t *testing.T) {
 	root := t.TempDir()
-	addr := freeAddr(t)
 	url := "file://" + filepath.Join(root, "store")
 	tr := startTrainer(t, nil, "run", "--store", url, "--dir", filepath.Join(root, "pod"), "--settle", "100ms",
-		"--scan-interval", "50ms", "--metrics-addr", addr, "--", "python3", "-u", "testdata/trainer.py", "dirs")
+		"--scan-interval", "50ms", "--metrics-addr", "127.0.0.1:0", "--", "python3", "-u", "testdata/trainer.py", "dirs")
+	addr := listenAddr(t, tr.lb)
 	tr.next(t)
 	for deadline := time.Now().Add(hangLimit); ; time.Sleep(50 * time.Millisecond) {
 		if scrape(t, addr, "lifeboat_checkpoint_last_step") > 0 && scrape(t, addr, "lifeboat_upload_bytes_total") > 0 {

@@ -299,9 +299,9 @@ func TestMetricsThroughACycle(t *testing.T) {
 	if err := os.WriteFile(script, []byte(cycleTrainer), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c := &cycle{t: t, addr: freeAddr(t), ctl: ctl, events: make(chan event, 100), checked: map[string]bool{}}
+	c := &cycle{t: t, ctl: ctl, events: make(chan event, 100), checked: map[string]bool{}}
 	args := []string{"run", "--store", "file://" + store, "--dir", filepath.Join(root, "pod"),
-		"--settle", "100ms", "--scan-interval", "50ms", "--metrics-addr", c.addr,
+		"--settle", "100ms", "--scan-interval", "50ms", "--metrics-addr", "127.0.0.1:0",
 		"--memory-cgroup", "on", "--memory-reserve", "200MiB",
 		"--restart", "on-failure", "--max-restarts", "1", "--restart-backoff", "10ms",
 		"--notices", "url:" + srv.URL, "--notice-interval", "100ms", "--notice-signal", "USR1",
@@ -340,6 +340,7 @@ func TestMetricsThroughACycle(t *testing.T) {
 			<-c.p.done
 		}
 	})
+	c.addr = listenAddr(t, c.p)
 
 	// Every stage checks the whole set: what moved, and that what has no
 	// cause to move did not.

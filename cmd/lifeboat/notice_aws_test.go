@@ -17,8 +17,11 @@ import (
 
 // startAWSMock starts AWS's amazon-ec2-metadata-mock on addr, requiring
 // IMDSv2 tokens, with a rebalance recommendation 1s and a spot
-// interruption notice 2s after it starts; the notice's time is spotTime.
-// extra are more of the mock's flags.
+// interruption notice 4s after it starts; the notice's time is spotTime.
+// extra are more of the mock's flags. The 3 s between them are 60 of
+// lifeboat's polls: a poll late by a second on a busy machine still sees
+// the recommendation alone, so the trainer gets its two USR1s apart and
+// not merged into one pending signal.
 func startAWSMock(t *testing.T, bin, addr string, spotTime time.Time, extra ...string) testenv.EC2Mock {
 	t.Helper()
 	_, portText, err := net.SplitHostPort(addr)
@@ -30,7 +33,7 @@ func startAWSMock(t *testing.T, bin, addr string, spotTime time.Time, extra ...s
 		t.Fatal(err)
 	}
 	args := []string{"spot", "--imdsv2", "--action", "terminate",
-		"--time", spotTime.Format(time.RFC3339), "--rebalance-delay-sec", "1", "--mock-delay-sec", "2"}
+		"--time", spotTime.Format(time.RFC3339), "--rebalance-delay-sec", "1", "--mock-delay-sec", "4"}
 	return testenv.StartEC2Mock(t, bin, port, append(args, extra...)...)
 }
 
@@ -164,12 +167,13 @@ func TestAWSNoticesFromTheMock(t *testing.T) {
 
 	for _, mode := range modes {
 		t.Run("save on rebalance/"+mode, func(t *testing.T) {
-			addr, metricsAddr := freeAddr(t), freeAddr(t)
+			addr := freeAddr(t)
 			out := filepath.Join(t.TempDir(), "rec")
 			p := startEnv(t, mode, []string{"AWS_EC2_METADATA_SERVICE_ENDPOINT=http://" + addr, "LIFEBOAT_NOTICE_ON_REBALANCE=true"},
 				"run", "--notices", "aws", "--notice-signal", "USR1", "--notice-interval", "50ms",
-				"--grace", "1m", "--metrics-addr", metricsAddr, "--", childBin, "record", out, "TERM")
+				"--grace", "1m", "--metrics-addr", "127.0.0.1:0", "--", childBin, "record", out, "TERM")
 			trainerReady(t, p, mode, out)
+			metricsAddr := listenAddr(t, p)
 			startAWSMock(t, bin, addr, spotTime)
 			// USR1 for the rebalance recommendation, then USR1 for the
 			// interruption notice: the trainer saved early and still runs.

@@ -148,9 +148,9 @@ func TestUnreadableFileKeepsItsCheckpoint(t *testing.T) {
 	if out, err := exec.Command("chown", "-R", "nobody:nogroup", root).CombinedOutput(); err != nil {
 		t.Fatalf("chown: %v %s", err, out)
 	}
-	addr := freeAddr(t)
 	p := start(t, "nobody", "sidecar", "--store", "file://"+store, "--dir", src, "--settle", "200ms", "--scan-interval", "100ms",
-		"--metrics-addr", addr)
+		"--metrics-addr", "127.0.0.1:0")
+	addr := listenAddr(t, p)
 	waitFor(t, p, func() bool { return strings.Contains(p.stderr.String(), "secret.bin") })
 	time.Sleep(2 * time.Second) // 20 scans: none may try again or say it again
 	log := p.stderr.String()
@@ -166,6 +166,9 @@ func TestUnreadableFileKeepsItsCheckpoint(t *testing.T) {
 	if n := strings.Count(log, "checkpoint.upload_started"); n != 1 {
 		t.Errorf("the checkpoint was tried %d times while nothing changed, want once", n)
 	}
+	// The metric follows the uploader's figures once a second: wait for
+	// it to move rather than count on the sleep above.
+	waitFor(t, p, func() bool { return scrape(t, addr, "lifeboat_checkpoints_interrupted_total") >= 1 })
 	if v := scrape(t, addr, "lifeboat_checkpoints_interrupted_total"); v != 1 {
 		t.Errorf("lifeboat_checkpoints_interrupted_total = %v, want 1", v)
 	}

@@ -275,19 +275,20 @@ func hostPid(t *testing.T, root, nsPid int) int {
 	return 0
 }
 
-// TestSecondTermDoesNotResetDeadline sends TERM every 200 ms for 10 s to a
-// tree that ignores TERM with a 2 s grace: if each TERM reset the deadline,
-// lifeboat would outlive the barrage.
+// TestSecondTermDoesNotResetDeadline sends TERM every 200 ms to a tree
+// that ignores TERM with a 2 s grace until lifeboat exits: if each TERM
+// reset the deadline, lifeboat would outlive the barrage, which goes on
+// for the hang limit (60 s), far beyond the 2 s.
 func TestSecondTermDoesNotResetDeadline(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "child")
 	p := start(t, "plain", "run", "--grace", "2s", "--", childBin, "ignore-term", out)
 	waitFile(t, p, out+".ready")
-	for i := 0; i < 50 && p.alive(); i++ {
+	for deadline := time.Now().Add(hangLimit); p.alive() && time.Now().Before(deadline); {
 		_ = syscall.Kill(p.pid, syscall.SIGTERM)
 		time.Sleep(200 * time.Millisecond)
 	}
 	if p.alive() {
-		t.Fatalf("lifeboat still running after 10 s of TERMs with a 2 s grace: the deadline was reset")
+		t.Fatalf("lifeboat still running after %s of TERMs with a 2 s grace: the deadline was reset", hangLimit)
 	}
 	if code := p.wait(); code != 137 {
 		t.Errorf("exit %d, want 137", code)
@@ -663,12 +664,14 @@ func TestRestartOnFailure(t *testing.T) {
 func TestRestartClearsTheLeftoversDeadline(t *testing.T) {
 	dir := t.TempDir()
 	count := filepath.Join(dir, "runs")
-	// First run: start a leftover that exits 1 s after TERM, then crash.
-	// Second run: live 3 s (past the first run's 2 s deadline), then exit 0.
+	// First run: start a leftover that exits at once on TERM, then crash:
+	// the 4 s deadline is armed for it, and no busy machine makes its
+	// exit late for it. Second run: live 5 s (past the first run's
+	// deadline), then exit 0.
 	script := fmt.Sprintf(`n=$(cat %[1]s 2>/dev/null || echo 0); echo $((n+1)) > %[1]s
-if [ "$n" = 0 ]; then %[2]s cleanup %[3]s 1s & while [ ! -f %[3]s.ready ]; do sleep 0.01; done; exit 3; fi
-sleep 3; exit 0`, count, childBin, filepath.Join(dir, "leftover"))
-	p := start(t, "plain", "run", "--grace", "2s", "--restart", "on-failure", "--restart-backoff", "10ms", "--", "sh", "-c", script)
+if [ "$n" = 0 ]; then %[2]s cleanup %[3]s 0s & while [ ! -f %[3]s.ready ]; do sleep 0.01; done; exit 3; fi
+sleep 5; exit 0`, count, childBin, filepath.Join(dir, "leftover"))
+	p := start(t, "plain", "run", "--grace", "4s", "--restart", "on-failure", "--restart-backoff", "10ms", "--", "sh", "-c", script)
 	if code := p.wait(); code != 0 {
 		t.Errorf("exit %d, want 0; stderr:\n%s", code, tail(p.stderr.String()))
 	}

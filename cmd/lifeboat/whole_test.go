@@ -302,10 +302,10 @@ func TestWholeRestartResumesWholeStep(t *testing.T) {
 		t.Run(sk.name, func(t *testing.T) {
 			w := newWholeStore(t, sk)
 			before := w.seed(t, "save", "step-000100/model.pdparams", "100")
-			addr := freeAddr(t)
-			r := w.start(t, w.pod(t), []string{"--restart", "on-failure", "--max-restarts", "1", "--restart-backoff", "10ms", "--metrics-addr", addr},
+			r := w.start(t, w.pod(t), []string{"--restart", "on-failure", "--max-restarts", "1", "--restart-backoff", "10ms", "--metrics-addr", "127.0.0.1:0"},
 				"report", "torn", "step-000200/model.pdparams", "200", "kill9",
 				"|", "report", "wait", "done", "exit", "0")
+			addr := listenAddr(t, r.lb)
 			r.await(t, "waiting")
 			// The metrics are fed from the agent's figures once a second.
 			interrupted := scrape(t, addr, "lifeboat_checkpoints_interrupted_total")

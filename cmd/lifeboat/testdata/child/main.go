@@ -91,7 +91,10 @@ func record(out, exitSig string, grandchild bool) {
 	if err != nil {
 		fatal(err.Error())
 	}
-	ch := make(chan os.Signal, 64)
+	// os/signal drops a signal when the channel is full: room for every
+	// signal of TestSignalFlood's 1000 and its TERM, even if this
+	// process is not scheduled while they arrive.
+	ch := make(chan os.Signal, 2048)
 	signal.Notify(ch)
 	if grandchild {
 		c := exec.Command(os.Args[0], "record", out+".gc", exitSig)
