@@ -411,7 +411,7 @@ func (a *Agent) finished(r watch.Ready, older []watch.Ready, err error) {
 	a.stats.PendingBytes, a.stats.InFlightStep = 0, -1
 	a.mu.Unlock()
 	if errors.Is(err, checkpoint.ErrInterrupted) {
-		a.interrupted(r, "", 0, err.Error())
+		a.interrupted(r, checkpoint.InterruptedPath(err), 0, err.Error())
 		return
 	}
 	a.mu.Lock()

@@ -11,8 +11,10 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -394,7 +396,24 @@ func checkWholeSet(dir string, files []localFile, rank int) error {
 	case !errors.Is(err, format.ErrTorn):
 		return fmt.Errorf("checkpoint: upload %s: format check: %w", dir, err)
 	}
-	return storage.Permanent(fmt.Errorf("checkpoint: upload %s: %w: %w", dir, ErrInterrupted, err))
+	return storage.Permanent(&interruptedError{rel: lonelyShard(rels), err: fmt.Errorf("checkpoint: upload %s: %w: %w", dir, ErrInterrupted, err)})
+}
+
+// lonelyShard is the first *.distcp of rels without a *.metadata file in
+// its directory (what format.CheckSet refuses), or "".
+func lonelyShard(rels []string) string {
+	meta := map[string]bool{}
+	for _, r := range rels {
+		if strings.EqualFold(path.Ext(r), ".metadata") {
+			meta[path.Dir(r)] = true
+		}
+	}
+	for _, r := range rels {
+		if strings.EqualFold(path.Ext(r), ".distcp") && !meta[path.Dir(r)] {
+			return r
+		}
+	}
+	return ""
 }
 
 // reuseKnown takes the chunks of each file this Uploader committed before

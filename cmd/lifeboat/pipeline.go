@@ -392,9 +392,6 @@ func newerLocal(w *watch.Watcher, snaps []checkpoint.Snapshot, ro rankOptions, v
 	}
 	if verify {
 		for _, f := range l.Files {
-			if !format.Known(f.Path) {
-				continue
-			}
 			if err := format.CheckFile(filepath.Join(w.Dir(), filepath.FromSlash(path.Join(l.Dir, f.Path)))); err != nil {
 				log.Warn("resume.local_torn", "id", l.ID, "err", err, "effect", "not resumed; the store's newest checkpoint is restored")
 				return nil
