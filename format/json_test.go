@@ -42,3 +42,28 @@ func TestJSON(t *testing.T) {
 		}
 	}
 }
+
+// spacesAfterBrace is a ReaderAt of '{' and then spaces, of any size.
+type spacesAfterBrace struct{}
+
+func (spacesAfterBrace) ReadAt(p []byte, off int64) (int, error) {
+	for i := range p {
+		p[i] = ' '
+		if off+int64(i) == 0 {
+			p[i] = '{'
+		}
+	}
+	return len(p), nil
+}
+
+// TestJSONOverBoundUnchecked: a JSON file over maxJSONChecked is not read
+// (its check reads every byte): it is ErrUnchecked, never torn.
+func TestJSONOverBoundUnchecked(t *testing.T) {
+	kind, s, err := Begin(spacesAfterBrace{}, maxJSONChecked+1)
+	if kind != JSON || s != nil || !errors.Is(err, ErrUnchecked) || errors.Is(err, ErrTorn) {
+		t.Errorf("got %v, %v, %v; want JSON, no stream, ErrUnchecked", kind, s, err)
+	}
+	if kind, s, err := Begin(spacesAfterBrace{}, 100); kind != JSON || s == nil || err != nil {
+		t.Errorf("100 bytes: got %v, %v, %v; want JSON and a stream", kind, s, err)
+	}
+}

@@ -144,27 +144,23 @@ func zipEndingAt(r io.ReaderAt, end int64) (int64, error) {
 }
 
 // zip64Record reads the zip64 end-of-central-directory record of the
-// locator at locAt, which says the record is at byte at of its archive:
-// at is taken as an offset in the file first (an archive at byte 0), then
-// as the record just before the locator (an archive further on). It
-// returns the record and its offset in the file.
+// locator at locAt, which says the record is at byte at of its archive
+// (an offset in the file only for an archive at byte 0). It returns the
+// record and its offset in the file.
 func zip64Record(r io.ReaderAt, locAt, at uint64) ([]byte, uint64, error) {
 	rec := make([]byte, zip64EOCDLen)
-	for _, recAt := range []uint64{at, locAt - zip64EOCDLen} {
-		if recAt > locAt || locAt-recAt < zip64EOCDLen {
+	// Just before the locator first: where every writer puts it, and the
+	// only place to find it in an archive that does not begin at byte 0.
+	for _, recAt := range []uint64{locAt - zip64EOCDLen, at} {
+		if locAt < zip64EOCDLen || recAt > locAt || locAt-recAt < zip64EOCDLen {
 			continue
 		}
 		if err := readFull(r, rec, int64(recAt)); err != nil {
 			return nil, 0, err
 		}
-		if binary.LittleEndian.Uint32(rec) != zip64EOCDSig {
-			continue
+		if binary.LittleEndian.Uint32(rec) == zip64EOCDSig && binary.LittleEndian.Uint64(rec[4:]) == locAt-recAt-zip64FixedLen {
+			return rec, recAt, nil
 		}
-		if n := binary.LittleEndian.Uint64(rec[4:]); n != locAt-recAt-zip64FixedLen {
-			return nil, 0, torn("zip", "the zip64 end-of-central-directory record at byte %d says it is %d bytes, but its locator follows %d bytes after it",
-				recAt, n+zip64FixedLen, locAt-recAt)
-		}
-		return rec, recAt, nil
 	}
 	return nil, 0, torn("zip", "no zip64 end-of-central-directory record where the locator at byte %d points (byte %d of its archive)", locAt, at)
 }
