@@ -78,7 +78,8 @@ func (a *Agent) Killing(at time.Time) {
 //   - a file still open for writing when the tree was SIGKILLed is
 //     interrupted;
 //   - a file whose content a format check recognises and vouches for
-//     (format.InspectBeneath) is whole or torn by that check alone;
+//     (format.HeadBeneath; for pickle and JSON, the upload's reading pass)
+//     is whole or torn by that check alone;
 //   - any other file whose last change (modification or status change)
 //     came less than the settle time before an abnormal death, and not
 //     after it, is interrupted: its writer may be the process that died.
@@ -104,8 +105,10 @@ func (a *Agent) interruption(r watch.Ready) (file string, d Death, why string) {
 			}
 			if a.cfg.VerifyFormat {
 				// The content decides: a check that vouches for the
-				// file clears it; one that finds it torn says why.
-				kind, err := format.InspectBeneath(a.cfg.Dir, p)
+				// file clears it; one that finds it torn says why. The
+				// streamed checks (pickle, JSON) are left to the
+				// upload, which reads the file anyway.
+				kind, err := format.HeadBeneath(a.cfg.Dir, p)
 				switch {
 				case err == nil && kind.Checked():
 					goto next

@@ -129,38 +129,61 @@ func Inspect(path string) (Kind, error) {
 		return Unknown, fmt.Errorf("format: check %s: %w", path, err)
 	}
 	defer f.Close()
-	return inspect(f, path)
+	return inspect(f, path, true)
 }
 
 // InspectBeneath is Inspect for the file rel (slash-separated) under dir,
 // opened without following a symlink in any component of rel.
 func InspectBeneath(dir, rel string) (Kind, error) {
+	f, err := openBeneath(dir, rel)
+	if err != nil {
+		return Unknown, err
+	}
+	defer f.Close()
+	return inspect(f, f.Name(), true)
+}
+
+// HeadBeneath is InspectBeneath without the streamed checks: it runs only
+// the checks that read headers and tails (cheap whatever the size), and a
+// pickle or JSON file passes them; the reading pass of an upload, which
+// feeds its stream, gives its verdict.
+func HeadBeneath(dir, rel string) (Kind, error) {
+	f, err := openBeneath(dir, rel)
+	if err != nil {
+		return Unknown, err
+	}
+	defer f.Close()
+	return inspect(f, f.Name(), false)
+}
+
+// openBeneath opens rel under dir without following a symlink in any of
+// its components, and without blocking on a FIFO.
+func openBeneath(dir, rel string) (*os.File, error) {
 	path := filepath.Join(dir, filepath.FromSlash(rel))
 	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return Unknown, fmt.Errorf("format: check %s: %w", path, err)
+		return nil, fmt.Errorf("format: check %s: %w", path, err)
 	}
 	parts := strings.Split(rel, "/")
 	for _, p := range parts[:len(parts)-1] {
 		next, err := unix.Openat(dfd, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		unix.Close(dfd)
 		if err != nil {
-			return Unknown, fmt.Errorf("format: check %s: %w", path, err)
+			return nil, fmt.Errorf("format: check %s: %w", path, err)
 		}
 		dfd = next
 	}
 	fd, err := unix.Openat(dfd, parts[len(parts)-1], unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	unix.Close(dfd)
 	if err != nil {
-		return Unknown, fmt.Errorf("format: check %s: %w", path, err)
+		return nil, fmt.Errorf("format: check %s: %w", path, err)
 	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	return inspect(f, path)
+	return os.NewFile(uintptr(fd), path), nil
 }
 
-// inspect checks the open file f, named path in errors.
-func inspect(f *os.File, path string) (Kind, error) {
+// inspect checks the open file f, named path in errors; the streamed
+// checks only when stream is set.
+func inspect(f *os.File, path string, stream bool) (Kind, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return Unknown, fmt.Errorf("format: check %s: %w", path, err)
@@ -169,7 +192,7 @@ func inspect(f *os.File, path string) (Kind, error) {
 		return Unknown, fmt.Errorf("format: check %s: not a regular file (%s)", path, FileType(fi.Mode()))
 	}
 	kind, s, err := Begin(f, fi.Size())
-	if err != nil || s == nil {
+	if err != nil || s == nil || !stream {
 		return kind, namePath(path, err)
 	}
 	buf := make([]byte, fileBuffer)

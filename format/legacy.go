@@ -60,7 +60,7 @@ func legacySave(r io.ReaderAt, off, size int64) (int64, error) {
 	var vals [5]*pval
 	var pids []*pval
 	pos := 0
-	for window := min(size-off, 1<<20); ; window = min(size-off, 2*window) {
+	for window := min(size-off, 64<<10); ; window = min(size-off, 4*window) {
 		buf := make([]byte, window)
 		if err := readFull(r, buf, off); err != nil {
 			return 0, err
