@@ -17,6 +17,7 @@ type pickleVM struct {
 	stack  []*pval
 	memo   map[uint64]*pval
 	pids   []*pval // the arguments of BINPERSID, in order
+	states []*pval // the dict states BUILD set, in order
 	values int     // values made, bounded by maxPickleValues
 }
 
@@ -30,6 +31,7 @@ const (
 	pGlobal // s is "module name"
 	pTuple
 	pList
+	pDict // items holds keys and values alternately
 )
 
 type pval struct {
@@ -214,6 +216,8 @@ func (vm *pickleVM) step(op byte, arg []byte, lines []string) error {
 		return vm.push(&pval{kind: pTuple})
 	case ']':
 		return vm.push(&pval{kind: pList})
+	case '}':
+		return vm.push(&pval{kind: pDict})
 	case 't', 'l':
 		items, err := vm.popMark()
 		if err != nil {
@@ -230,7 +234,13 @@ func (vm *pickleVM) step(op byte, arg []byte, lines []string) error {
 			return err
 		}
 		return vm.push(&pval{kind: pTuple, items: items})
-	case 'd', 0x91, 'i', 'o': // DICT, FROZENSET, INST, OBJ
+	case 'd': // DICT
+		items, err := vm.popMark()
+		if err != nil {
+			return err
+		}
+		return vm.push(&pval{kind: pDict, items: items})
+	case 0x91, 'i', 'o': // FROZENSET, INST, OBJ
 		if _, err := vm.popMark(); err != nil {
 			return err
 		}
@@ -255,13 +265,36 @@ func (vm *pickleVM) step(op byte, arg []byte, lines []string) error {
 			l.items = append(l.items, items...)
 		}
 		return err
-	case 'u', 0x90, '1': // SETITEMS, ADDITEMS, POP_MARK
+	case 'u', 's': // SETITEMS, SETITEM
+		var items []*pval
+		var err error
+		if op == 'u' {
+			items, err = vm.popMark()
+		} else {
+			items, err = vm.popN(2)
+		}
+		if err != nil {
+			return err
+		}
+		d, err := vm.top()
+		if err == nil && d.kind == pDict {
+			d.items = append(d.items, items...)
+		}
+		return err
+	case 0x90, '1': // ADDITEMS, POP_MARK
 		_, err := vm.popMark()
 		return err
-	case 's': // SETITEM
-		_, err := vm.popN(2)
+	case 'b': // BUILD
+		state, err := vm.pop()
+		if err != nil {
+			return err
+		}
+		if state.kind == pDict {
+			vm.states = append(vm.states, state)
+		}
+		_, err = vm.top()
 		return err
-	case 'b', '0': // BUILD, POP
+	case '0': // POP
 		_, err := vm.pop()
 		return err
 	case 'R', 0x81: // REDUCE, NEWOBJ
@@ -330,7 +363,20 @@ func (vm *pickleVM) step(op byte, arg []byte, lines []string) error {
 		return vm.push(other)
 	}
 	// Everything else pushes one value the checks do not read: NONE,
-	// NEWTRUE, NEWFALSE, floats, bytes, LONG4, EMPTY_DICT, EMPTY_SET,
+	// NEWTRUE, NEWFALSE, floats, bytes, LONG4, EMPTY_SET,
 	// PERSID, EXT1/2/4, NEXT_BUFFER.
 	return vm.push(other)
+}
+
+// field returns the value of key in a dict, or nil.
+func (v *pval) field(key string) *pval {
+	if v == nil || v.kind != pDict {
+		return nil
+	}
+	for i := 0; i+1 < len(v.items); i += 2 {
+		if k := v.items[i]; k.kind == pStr && k.s == key {
+			return v.items[i+1]
+		}
+	}
+	return nil
 }

@@ -1,8 +1,10 @@
 package format
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -112,5 +114,62 @@ func TestRealCheckpointsKinds(t *testing.T) {
 		if got, err := Inspect(renamed); got != kind || err != nil {
 			t.Errorf("%s renamed data.bin: got %v, %v; want %v, nil", rel, got, err, kind)
 		}
+	}
+}
+
+// TestRealDistcpAgainstMetadata: torch's .metadata records where each item
+// of a shard lies. A shard cut exactly between two items is a run of whole
+// zip archives, so only the metadata shows it is not whole.
+func TestRealDistcpAgainstMetadata(t *testing.T) {
+	dir := realCheckpoints(t)
+	for _, sub := range []string{"dist", "dist1"} {
+		meta, err := os.ReadFile(filepath.Join(dir, sub, ".metadata"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes := map[string]int64{}
+		for _, rel := range realFiles(t, filepath.Join(dir, sub)) {
+			if strings.HasSuffix(rel, ".distcp") {
+				fi, err := os.Stat(filepath.Join(dir, sub, rel))
+				if err != nil {
+					t.Fatal(err)
+				}
+				sizes[rel] = fi.Size()
+			}
+		}
+		if _, err := CheckDistcpMetadata(bytes.NewReader(meta), int64(len(meta)), sizes); err != nil {
+			t.Errorf("%s: whole shards refused: %v", sub, err)
+		}
+		for shard, size := range sizes {
+			for _, n := range []int64{size - 1, size + 1} {
+				cut := maps.Clone(sizes)
+				cut[shard] = n
+				if _, err := CheckDistcpMetadata(bytes.NewReader(meta), int64(len(meta)), cut); !errors.Is(err, ErrTorn) {
+					t.Errorf("%s: %s of %d bytes instead of %d: got %v, want ErrTorn", sub, shard, n, size, err)
+				}
+			}
+		}
+		// Another rank's shards are elsewhere: not having them is not torn.
+		if _, err := CheckDistcpMetadata(bytes.NewReader(meta), int64(len(meta)), nil); err != nil {
+			t.Errorf("%s: no shard at hand: %v", sub, err)
+		}
+	}
+	// Cut exactly where the last item of the one-file shard begins.
+	b, err := os.ReadFile(filepath.Join(dir, "dist1", "__0_0.distcp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at int
+	for at = len(b) - eocdLen; at > 0; at-- {
+		if bytes.HasPrefix(b[at-eocdLen:], []byte("PK\x05\x06")) {
+			break
+		}
+	}
+	if err := checkZip(bytes.NewReader(b[:at]), int64(at)); err != nil {
+		t.Fatalf("the shard cut between items at byte %d should be a run of whole archives: %v", at, err)
+	}
+	meta, _ := os.ReadFile(filepath.Join(dir, "dist1", ".metadata"))
+	if _, err := CheckDistcpMetadata(bytes.NewReader(meta), int64(len(meta)), map[string]int64{"__0_0.distcp": int64(at)}); !errors.Is(err, ErrTorn) {
+		t.Errorf("cut between items: got %v, want ErrTorn", err)
 	}
 }

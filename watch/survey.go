@@ -122,6 +122,8 @@ func (w *Watcher) Survey(rank int) (Survey, error) {
 			sg.Why = "its directory " + withheld[c.ID] + " may not be listed (permission denied), so its files are not all known"
 		case len(torn) > 0:
 			sg.Why = "not whole: " + strings.Join(torn, "; ")
+		case distcpTorn(w.cfg.Dir, c) != "":
+			sg.Why = "not whole: " + distcpTorn(w.cfg.Dir, c)
 		case rank == 0 && format.CheckSet(rels) != nil:
 			sg.Why = format.Reason(format.CheckSet(rels)) + " (the coordinator, rank 0, writes it)"
 		case isBusy(c, busy):
@@ -177,4 +179,30 @@ func surveyFile(dir, rel string) SurveyFile {
 		sf.Verdict, sf.Reason = VerdictUnknown, "no check recognises its content"
 	}
 	return sf
+}
+
+// distcpTorn checks the *.distcp shards of c against each *.metadata
+// beside them (format.CheckDistcpMetadata) and says why one is not whole,
+// or "".
+func distcpTorn(dir string, c Candidate) string {
+	for _, m := range c.Files {
+		if !strings.EqualFold(path.Ext(m.Path), ".metadata") {
+			continue
+		}
+		mdir := path.Dir(m.Path)
+		sizes := map[string]int64{}
+		for _, f := range c.Files {
+			if path.Dir(f.Path) == mdir && strings.EqualFold(path.Ext(f.Path), ".distcp") {
+				sizes[path.Base(f.Path)] = f.Size
+			}
+		}
+		if len(sizes) == 0 {
+			continue
+		}
+		shard, err := format.CheckDistcpBeneath(dir, path.Join(c.Dir, m.Path), sizes)
+		if errors.Is(err, format.ErrTorn) {
+			return path.Join(mdir, shard) + " (" + format.Reason(err) + ")"
+		}
+	}
+	return ""
 }
