@@ -60,19 +60,22 @@ func (s *jsonStream) Write(p []byte) (int, error) {
 	if s.closed || s.bad != nil {
 		return len(p), nil
 	}
-	for i := 0; i < len(p) && s.bad == nil; i++ {
+	i := 0
+	// A byte-order mark, only at the very start (possibly split).
+	for s.off < 3 && int64(s.bom) == s.off+int64(i) && i < len(p) && s.bom < 3 {
+		if p[i] != utf8BOM[s.bom] {
+			if s.bom > 0 {
+				s.fail(s.off+int64(i), "a byte-order mark cut short")
+			}
+			s.bom = 3 // no mark, or a broken one: stop looking
+			break
+		}
+		s.bom++
+		i++
+	}
+	for ; i < len(p) && s.bad == nil; i++ {
 		c := p[i]
 		at := s.off + int64(i)
-		if s.bom < 3 && at == int64(s.bom) && s.state == jsValue && s.values == 0 {
-			if c == utf8BOM[s.bom] {
-				s.bom++
-				continue
-			}
-			if s.bom > 0 {
-				s.fail(at, "a byte-order mark cut short")
-				break
-			}
-		}
 		switch s.state {
 		case jsString:
 			// Skip plain string bytes quickly.
