@@ -76,7 +76,10 @@ var (
 )
 
 // Detect says which format a file of size bytes is, from head, its first
-// min(size, HeadLen) bytes. The file's name plays no part.
+// min(size, HeadLen) bytes. The file's name plays no part. Pickle and
+// JSON, whose first byte alone is common in other data (a raw float
+// array may begin 0x80 0x03, binary data '{'), must also read as their
+// format for all of head: other content is Unknown, never torn.
 func Detect(head []byte, size int64) Kind {
 	switch {
 	case size == 0:
@@ -84,6 +87,11 @@ func Detect(head []byte, size int64) Kind {
 	case len(head) >= 2 && head[0] == 0x80 && head[1] >= 2 && head[1] <= highestProtocol:
 		if legacyPrefix(head) {
 			return TorchLegacy
+		}
+		var s pickleStream
+		s.Write(head)
+		if s.garbled != nil {
+			return Unknown
 		}
 		return Pickle
 	case bytes.HasPrefix(head, zipLocal), bytes.HasPrefix(head, zipEmpty):
@@ -97,6 +105,11 @@ func Detect(head []byte, size int64) Kind {
 	}
 	t := bytes.TrimLeft(bytes.TrimPrefix(head, utf8BOM), " \t\r\n")
 	if len(t) > 0 && (t[0] == '{' || t[0] == '[') {
+		var s jsonStream
+		s.Write(head)
+		if s.bad != nil {
+			return Unknown
+		}
 		return JSON
 	}
 	return Unknown

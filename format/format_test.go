@@ -34,6 +34,11 @@ func TestDetect(t *testing.T) {
 		{"json scalar", "7", 0, Unknown},
 		{"text", "hello", 0, Unknown},
 		{"zeros", "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", 0, Unknown},
+		{"floats beginning like PROTO 3", "\x80\x03\x00\x00\x00\x00\x80\x3f\xcd\xcc\x4c\x3e", 0, Unknown},
+		{"pickle cut in its head", "\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c", 100, Pickle},
+		{"binary beginning with a brace", "{\x00\x17\xff\x01", 0, Unknown},
+		{"python repr", "{'a': 1}", 0, Unknown},
+		{"json cut in its head", "{\"loss\": 0.", 100, JSON},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			size := tc.size
