@@ -76,10 +76,11 @@ var (
 )
 
 // Detect says which format a file of size bytes is, from head, its first
-// min(size, HeadLen) bytes. The file's name plays no part. Pickle and
-// JSON, whose first byte alone is common in other data (a raw float
-// array may begin 0x80 0x03, binary data '{'), must also read as their
-// format for all of head: other content is Unknown, never torn.
+// min(size, HeadLen) bytes. The file's name plays no part. Pickle, JSON
+// and safetensors, whose first bytes alone are common in other data (a raw
+// float array may begin 0x80 0x03, an int64 array 5 then 0x7b, binary data
+// '{'), must also read as their format for all of head: other content is
+// Unknown, never torn.
 func Detect(head []byte, size int64) Kind {
 	switch {
 	case size == 0:
@@ -100,7 +101,13 @@ func Detect(head []byte, size int64) Kind {
 		return NPY
 	case len(head) >= 9 && head[8] == '{':
 		if n := binary.LittleEndian.Uint64(head); n >= 2 && n <= maxSafetensorsHeader {
-			return Safetensors
+			// The header must read as JSON too: an int64 array can
+			// begin with a small number and a byte 0x7b.
+			var s jsonStream
+			s.Write(head[8:min(uint64(len(head)), 8+n)])
+			if s.bad == nil {
+				return Safetensors
+			}
 		}
 	}
 	t := bytes.TrimLeft(bytes.TrimPrefix(head, utf8BOM), " \t\r\n")

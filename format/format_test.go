@@ -38,6 +38,7 @@ func TestDetect(t *testing.T) {
 		{"pickle cut in its head", "\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c", 100, Pickle},
 		{"binary beginning with a brace", "{\x00\x17\xff\x01", 0, Unknown},
 		{"python repr", "{'a': 1}", 0, Unknown},
+		{"int64s 5, 123", "\x05\x00\x00\x00\x00\x00\x00\x00{\x00\x00\x00\x00\x00\x00\x00", 1000, Unknown},
 		{"json cut in its head", "{\"loss\": 0.", 100, JSON},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
