@@ -92,7 +92,7 @@ func (w *Watcher) Survey(rank int) (Survey, error) {
 		if _, why := probe.rejection(&c); why != "" {
 			for _, f := range c.Files {
 				p := path.Join(c.Dir, f.Path)
-				kind, _ := format.InspectBeneath(w.cfg.Dir, p)
+				kind, _ := format.HeadBeneath(w.cfg.Dir, p)
 				sv.Other = append(sv.Other, SurveyOther{Path: p, Why: "not a checkpoint: " + why, Format: kind.String()})
 			}
 			continue
