@@ -71,3 +71,31 @@ func TestTornFileIsNamed(t *testing.T) {
 		t.Errorf("checkpoint.interrupted does not name step-200/model.pdparams in path:\n%s", logs.String())
 	}
 }
+
+// TestFlushSaysWhichStepInstead: when the newest checkpoint is refused at
+// the final flush, checkpoint.flushed says which step was committed
+// instead of it.
+func TestFlushSaysWhichStepInstead(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	dir := t.TempDir()
+	var logs bytes.Buffer
+	a, s := interruptAgent(t, dir, &logs)
+	for step, b := range map[string][]byte{"step-100": wholePickle, "step-200": wholePickle[:3]} {
+		if err := os.MkdirAll(filepath.Join(dir, step), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, step, "model.pdparams"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go a.Run(context.Background())
+	if err := a.Flush(context.Background()); err != nil && !errors.Is(err, checkpoint.ErrInterrupted) {
+		t.Fatal(err)
+	}
+	if got := steps(t, s); len(got) != 1 || got[0] != 100 {
+		t.Fatalf("store holds steps %v, want 100", got)
+	}
+	if !strings.Contains(logs.String(), `"msg":"checkpoint.flushed","step":100,`) || !strings.Contains(logs.String(), `"instead_of":200`) {
+		t.Errorf("checkpoint.flushed does not say step 100 was committed instead of 200:\n%s", logs.String())
+	}
+}
