@@ -91,7 +91,10 @@ type Agent struct {
 	// deaths and openAtKill are what the supervisor reported (interrupt.go).
 	deaths     []Death
 	openAtKill map[string]time.Time
-	notify     func(Event) // events.go
+	// refused is the highest step refused as an interrupted save during
+	// the flush in progress, -1 when none.
+	refused int64
+	notify  func(Event) // events.go
 }
 
 type flushReq struct {
@@ -305,6 +308,7 @@ func (a *Agent) interrupted(r watch.Ready, file string, pid int, why string) {
 	a.cfg.Watcher.Done(r)
 	a.mu.Lock()
 	a.stats.Interrupted++
+	a.refused = max(a.refused, r.Step)
 	a.mu.Unlock()
 	args := []any{"id", r.ID, "path", file, "reason", why,
 		"effect", "not stored; the previous committed checkpoint stays the latest"}
@@ -411,7 +415,7 @@ func (a *Agent) finished(r watch.Ready, older []watch.Ready, err error) {
 	a.stats.PendingBytes, a.stats.InFlightStep = 0, -1
 	a.mu.Unlock()
 	if errors.Is(err, checkpoint.ErrInterrupted) {
-		a.interrupted(r, "", 0, err.Error())
+		a.interrupted(r, checkpoint.InterruptedPath(err), 0, err.Error())
 		return
 	}
 	a.mu.Lock()
@@ -482,6 +486,9 @@ func (a *Agent) request(ctx context.Context, keep bool) error {
 // read is read again.
 func (a *Agent) flush(ctx context.Context, inflight *job) error {
 	t0 := a.cfg.Clock()
+	a.mu.Lock()
+	a.refused = -1
+	a.mu.Unlock()
 	r, older, ok := a.pick(final)
 	if inflight != nil {
 		if ok && (r.ID != inflight.r.ID || r.Fingerprint != inflight.r.Fingerprint) {
@@ -523,12 +530,29 @@ func (a *Agent) flush(ctx context.Context, inflight *job) error {
 		}
 		r, older, ok = a.pick(final)
 	}
-	a.cfg.Log.Info("checkpoint.flush_nothing_new", "last_step", a.Stats().LastStep)
+	args := []any{"last_step", a.Stats().LastStep}
+	if refused := a.refusedStep(); refused >= 0 {
+		args = append(args, "refused_step", refused)
+	}
+	a.cfg.Log.Info("checkpoint.flush_nothing_new", args...)
 	return nil
 }
 
+// logFlush logs the final upload's commit of r, and the newer step it was
+// committed instead of, when that one was refused as an interrupted save.
 func (a *Agent) logFlush(t0 time.Time, r watch.Ready) {
-	a.cfg.Log.Info("checkpoint.flushed", "step", r.Step, "bytes", r.Bytes(), "seconds", a.cfg.Clock().Sub(t0).Seconds())
+	args := []any{"step", r.Step, "bytes", r.Bytes(), "seconds", a.cfg.Clock().Sub(t0).Seconds()}
+	if refused := a.refusedStep(); refused > r.Step {
+		args = append(args, "instead_of", refused)
+	}
+	a.cfg.Log.Info("checkpoint.flushed", args...)
+}
+
+// refusedStep is the highest step refused during this flush, -1 if none.
+func (a *Agent) refusedStep() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.refused
 }
 
 // Reserve estimates how much of the grace budget the final upload needs:

@@ -1,8 +1,11 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"path"
+	"slices"
 	"strconv"
 	"time"
 
@@ -74,32 +77,49 @@ func (a *Agent) Killing(at time.Time) {
 // it is. The rules (docs/RELIABILITY.md):
 //   - a file still open for writing when the tree was SIGKILLed is
 //     interrupted;
-//   - a file a format check covers (format.Known) is whole or torn by that
-//     check alone, which the upload runs;
+//   - a file whose content a format check recognises and vouches for
+//     (format.HeadBeneath; for pickle and JSON, the upload's reading pass)
+//     is whole or torn by that check alone;
 //   - any other file whose last change (modification or status change)
 //     came less than the settle time before an abnormal death, and not
 //     after it, is interrupted: its writer may be the process that died.
 func (a *Agent) interruption(r watch.Ready) (file string, d Death, why string) {
+	// Copies, so that no lock is held while a file is read: Reaped, on
+	// the supervisor's path, takes it.
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	openAtKill := maps.Clone(a.openAtKill)
+	deaths := slices.Clone(a.deaths)
+	a.mu.Unlock()
 	for _, f := range r.Files {
 		p := path.Join(r.Dir, f.Path)
-		if at, ok := a.openAtKill[p]; ok && !lastChange(f).After(at) {
+		if at, ok := openAtKill[p]; ok && !lastChange(f).After(at) {
 			return p, Death{How: "SIGKILLed at the grace deadline", At: at}, "open for writing when the trainer's tree was SIGKILLed"
 		}
 	}
 	for _, f := range r.Files {
 		p := path.Join(r.Dir, f.Path)
-		if a.cfg.VerifyFormat && format.Known(f.Path) {
-			continue
-		}
 		changed := lastChange(f)
-		for _, d := range a.deaths {
-			if !changed.After(d.At) && d.At.Sub(changed) < a.cfg.Settle {
-				return p, d, fmt.Sprintf("changed %s before a process of the trainer ended (%s) and no format check vouches for it",
-					d.At.Sub(changed).Round(time.Millisecond), d.How)
+		for _, d := range deaths {
+			if changed.After(d.At) || d.At.Sub(changed) >= a.cfg.Settle {
+				continue
 			}
+			if a.cfg.VerifyFormat {
+				// The content decides: a check that vouches for the
+				// file clears it; one that finds it torn says why. The
+				// streamed checks (pickle, JSON) are left to the
+				// upload, which reads the file anyway.
+				kind, err := format.HeadBeneath(a.cfg.Dir, p)
+				switch {
+				case err == nil && kind.Checked():
+					goto next
+				case errors.Is(err, format.ErrTorn):
+					return p, d, format.Reason(err)
+				}
+			}
+			return p, d, fmt.Sprintf("changed %s before a process of the trainer ended (%s) and no format check vouches for it",
+				d.At.Sub(changed).Round(time.Millisecond), d.How)
 		}
+	next:
 	}
 	return "", Death{}, ""
 }

@@ -181,13 +181,15 @@ func readChunks(ctx context.Context, dir string, f localFile, chunkSize int, poo
 
 	var stream format.Stream
 	if check.format {
-		if err := format.CheckHeader(f.rel, fh, f.size); err != nil {
+		// The content decides which check runs; one that cannot vouch
+		// for the file (format.ErrUnchecked) leaves it to the death rule.
+		var err error
+		if _, stream, err = format.Begin(fh, f.size); err != nil && !errors.Is(err, format.ErrUnchecked) {
 			if cerr := stillSame(fh, f); cerr != nil {
 				return cerr
 			}
 			return notWhole(f, err)
 		}
-		stream = format.NewStream(f.rel)
 	}
 	var total int64
 	for {
@@ -262,7 +264,29 @@ func notWhole(f localFile, err error) error {
 	if !errors.Is(err, format.ErrTorn) {
 		return fmt.Errorf("checkpoint: upload %s: format check: %w", f.abs, err)
 	}
-	return storage.Permanent(fmt.Errorf("checkpoint: upload %s: %w: %w", f.abs, ErrInterrupted, err))
+	return storage.Permanent(&interruptedError{rel: f.rel, err: fmt.Errorf("checkpoint: upload %s: %w: %w", f.abs, ErrInterrupted, err)})
+}
+
+// interruptedError is an ErrInterrupted with the file that made the
+// checkpoint not whole.
+type interruptedError struct {
+	rel string // slash-separated, relative to the uploaded directory
+	err error
+}
+
+func (e *interruptedError) Error() string { return e.err.Error() }
+func (e *interruptedError) Unwrap() error { return e.err }
+
+// InterruptedPath returns the path, relative to the uploaded directory and
+// slash-separated, of the file (or, for a set of files that is not whole,
+// a file of the set) that made err an ErrInterrupted; "" when err names
+// none.
+func InterruptedPath(err error) string {
+	var ie *interruptedError
+	if errors.As(err, &ie) {
+		return ie.rel
+	}
+	return ""
 }
 
 // statFiles stats the given paths relative to dir: the regular files,

@@ -11,8 +11,10 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -390,11 +392,64 @@ func checkWholeSet(dir string, files []localFile, rank int) error {
 	err := checkSet(rels, rank)
 	switch {
 	case err == nil:
-		return nil
+		return checkDistcp(dir, files)
 	case !errors.Is(err, format.ErrTorn):
 		return fmt.Errorf("checkpoint: upload %s: format check: %w", dir, err)
 	}
-	return storage.Permanent(fmt.Errorf("checkpoint: upload %s: %w: %w", dir, ErrInterrupted, err))
+	return storage.Permanent(&interruptedError{rel: lonelyShard(rels), err: fmt.Errorf("checkpoint: upload %s: %w: %w", dir, ErrInterrupted, err)})
+}
+
+// checkDistcp checks the *.distcp shards of each PyTorch distributed
+// checkpoint among files against the *.metadata beside them, which records
+// where each item lies (format.CheckDistcpMetadata): a shard cut exactly
+// between two items is a run of whole zip archives, which only the
+// metadata shows to be short. A shard that is not whole fails with
+// ErrInterrupted.
+func checkDistcp(dir string, files []localFile) error {
+	for _, m := range files {
+		if !strings.EqualFold(path.Ext(m.rel), ".metadata") {
+			continue
+		}
+		mdir := path.Dir(m.rel)
+		sizes := map[string]int64{}
+		for _, f := range files {
+			if path.Dir(f.rel) == mdir && strings.EqualFold(path.Ext(f.rel), ".distcp") {
+				sizes[path.Base(f.rel)] = f.size
+			}
+		}
+		if len(sizes) == 0 {
+			continue
+		}
+		fh, err := openBeneath(dir, m.rel)
+		if err != nil {
+			continue // the reading pass reports it
+		}
+		shard, err := format.CheckDistcpMetadata(fh, m.size, sizes)
+		fh.Close()
+		if errors.Is(err, format.ErrTorn) {
+			rel := path.Join(mdir, shard)
+			return storage.Permanent(&interruptedError{rel: rel,
+				err: fmt.Errorf("checkpoint: upload %s: %w: %w", filepath.Join(dir, filepath.FromSlash(rel)), ErrInterrupted, err)})
+		}
+	}
+	return nil
+}
+
+// lonelyShard is the first *.distcp of rels without a *.metadata file in
+// its directory (what format.CheckSet refuses), or "".
+func lonelyShard(rels []string) string {
+	meta := map[string]bool{}
+	for _, r := range rels {
+		if strings.EqualFold(path.Ext(r), ".metadata") {
+			meta[path.Dir(r)] = true
+		}
+	}
+	for _, r := range rels {
+		if strings.EqualFold(path.Ext(r), ".distcp") && !meta[path.Dir(r)] {
+			return r
+		}
+	}
+	return ""
 }
 
 // reuseKnown takes the chunks of each file this Uploader committed before

@@ -3,6 +3,7 @@ package format
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 )
 
@@ -135,9 +136,8 @@ type pickleStream struct {
 	headN    int     // bytes in head (0 when none is split)
 	headNeed int     // bytes the opcode and its header take
 
-	stopped bool  // STOP was seen: what follows is counted, not walked
-	stopAt  int64 // offset of STOP
-	after   int64 // bytes after STOP
+	pickles int   // whole pickles seen (STOP opcodes)
+	stopEnd int64 // offset just after the last STOP
 
 	garbled error // the first garbled opcode or argument, if any
 	closed  bool
@@ -149,12 +149,8 @@ func (s *pickleStream) Write(p []byte) (int, error) {
 	if s.closed || s.garbled != nil {
 		return len(p), nil
 	}
-	if s.stopped {
-		s.after += int64(len(p))
-		return len(p), nil
-	}
 	i := 0
-	for i < len(p) && !s.stopped && s.garbled == nil {
+	for i < len(p) && s.garbled == nil {
 		switch {
 		case s.skip > 0:
 			if rest := uint64(len(p) - i); s.skip >= rest {
@@ -217,11 +213,13 @@ func (s *pickleStream) walk(p []byte, i int) int {
 			}
 			i += 2
 		case argStop:
-			s.stopped, s.stopAt = true, s.off+int64(i)
-			s.after = int64(len(p) - i - 1)
-			return len(p)
+			// Another pickle may follow: pickle.dump called again on
+			// the same file.
+			i++
+			s.pickles++
+			s.stopEnd = s.off + int64(i)
 		default:
-			s.garbled = torn("pickle", "unknown opcode 0x%02x at byte %d", op, s.off+int64(i))
+			s.garbled = torn("pickle", "unknown opcode 0x%02x at byte %d%s", op, s.off+int64(i), s.which())
 			return len(p)
 		}
 	}
@@ -319,8 +317,8 @@ func (s *pickleStream) checkLine() bool {
 	return true
 }
 
-// Close says whether the bytes written are one whole pickle: they end
-// exactly after a STOP opcode.
+// Close says whether the bytes written are one or more whole pickles: they
+// end exactly after a STOP opcode.
 func (s *pickleStream) Close() error {
 	if s.closed {
 		return s.verdict
@@ -334,19 +332,28 @@ func (s *pickleStream) judge() error {
 	switch {
 	case s.garbled != nil:
 		return s.garbled
-	case s.stopped && s.after > 0:
-		return torn("pickle", "%d bytes after STOP (at byte %d)", s.after, s.stopAt)
-	case s.stopped:
+	case s.pickles > 0 && s.stopEnd == s.off:
 		return nil
 	case s.skip > 0:
-		return torn("pickle", "cut at byte %d inside %s (needs %d more bytes)", s.off, opcodes[s.skipOp].name, s.skip)
+		return torn("pickle", "cut at byte %d inside %s (needs %d more bytes)%s", s.off, opcodes[s.skipOp].name, s.skip, s.which())
 	case s.lines > 0:
-		return torn("pickle", "cut at byte %d inside the argument line of %s", s.off, opcodes[s.lineOp].name)
+		return torn("pickle", "cut at byte %d inside the argument line of %s%s", s.off, opcodes[s.lineOp].name, s.which())
 	case s.headN > 0:
-		return torn("pickle", "cut at byte %d inside the argument of %s (needs %d more bytes)",
-			s.off, opcodes[s.head[0]].name, s.headNeed-s.headN)
+		return torn("pickle", "cut at byte %d inside the argument of %s (needs %d more bytes)%s",
+			s.off, opcodes[s.head[0]].name, s.headNeed-s.headN, s.which())
 	case s.off == 0:
 		return torn("pickle", "empty file")
 	}
-	return torn("pickle", "cut at byte %d before STOP", s.off)
+	return torn("pickle", "cut at byte %d before STOP%s", s.off, s.which())
+}
+
+// which says, for an error, how many whole pickles came before.
+func (s *pickleStream) which() string {
+	switch s.pickles {
+	case 0:
+		return ""
+	case 1:
+		return fmt.Sprintf(" (after a whole pickle that ends at byte %d)", s.stopEnd)
+	}
+	return fmt.Sprintf(" (after %d whole pickles, the last ending at byte %d)", s.pickles, s.stopEnd)
 }

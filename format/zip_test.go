@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -57,8 +58,13 @@ func zipFixtures(t testing.TB) map[string][]byte {
 	return out
 }
 
+// checkBytes runs the check of the format name's extension announces
+// (zip, or safetensors), whatever b's first bytes say.
 func checkBytes(name string, b []byte) error {
-	return CheckHeader(name, bytes.NewReader(b), int64(len(b)))
+	if strings.HasSuffix(name, ".safetensors") {
+		return checkSafetensors(bytes.NewReader(b), int64(len(b)))
+	}
+	return checkZip(bytes.NewReader(b), int64(len(b)))
 }
 
 func TestZipWholeFilesPass(t *testing.T) {
@@ -103,10 +109,11 @@ func TestZipVerdicts(t *testing.T) {
 		want string
 	}{
 		{"too short", b[:10], "10 bytes is too short"},
-		{"cut", b[:len(b)-1], "no end-of-central-directory record ends the file"},
-		{"directory offset moved", patch(eocd+16, b[eocd+16]+1), "does not end where the end-of-central-directory record begins"},
-		{"directory size grown", patch(eocd+12, b[eocd+12]+1), "does not end where"},
-		{"prepended bytes", append([]byte("#!/bin/sh\n"), b...), "does not end where"},
+		{"cut", b[:len(b)-1], "no end-of-central-directory record ends the archive at byte"},
+		{"directory offset moved", patch(eocd+16, b[eocd+16]+1), "puts the central directory at byte"},
+		{"directory size grown", patch(eocd+12, b[eocd+12]+1), "puts the central directory at byte"},
+		{"second archive cut", append(bytes.Clone(b), b[:len(b)-3]...), "no end-of-central-directory record ends the archive"},
+		{"no local header", patch(0, 'X'), "no local file header at byte 0"},
 		{"no directory header", patch(eocd-46*2-2, 'X'), "no central directory header at byte"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -115,6 +122,22 @@ func TestZipVerdicts(t *testing.T) {
 				t.Errorf("got %v, want ErrTorn saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestZipBackToBack: archives back to back (torch's .distcp shards) are
+// whole; bytes before an archive that are no archive are ErrUnchecked, not
+// torn.
+func TestZipBackToBack(t *testing.T) {
+	a := buildZip(t, "", zip.Store, "a", "b")
+	c := buildZip(t, "comment", zip.Deflate, "c")
+	if err := checkBytes("x.distcp", slices.Concat(a, c, a)); err != nil {
+		t.Errorf("three archives: %v", err)
+	}
+	for _, in := range [][]byte{append([]byte("#!/bin/sh\n"), a...), slices.Concat(a[:len(a)-5], a)} {
+		if err := checkBytes("x.distcp", in); !errors.Is(err, ErrUnchecked) || errors.Is(err, ErrTorn) {
+			t.Errorf("unknown bytes before a whole archive: got %v, want ErrUnchecked", err)
+		}
 	}
 }
 
@@ -157,6 +180,12 @@ func TestZip64(t *testing.T) {
 	if err := checkBytes("many.zip", c); !errors.Is(err, ErrTorn) || !strings.Contains(err.Error(), "zip64") {
 		t.Errorf("moved zip64 directory offset: got %v", err)
 	}
+	// Back to back, as torch.save writes large items into a .distcp
+	// shard: the second archive's zip64 locator gives offsets within it,
+	// and the first archive's record lies at the same offset of the file.
+	if err := checkBytes("x.distcp", slices.Concat(b, b)); err != nil {
+		t.Errorf("two zip64 archives back to back: %v", err)
+	}
 }
 
 // failingReaderAt fails every read: the error is returned as it is, not as
@@ -169,12 +198,12 @@ func TestHeaderReadErrorsAreNotTorn(t *testing.T) {
 	injected := errors.New("injected EIO")
 	for _, name := range []string{"a.pt", "a.safetensors"} {
 		t.Run(name, func(t *testing.T) {
-			err := CheckHeader(name, failingReaderAt{injected}, 4096)
+			_, _, err := Begin(failingReaderAt{injected}, 4096)
 			if !errors.Is(err, injected) || errors.Is(err, ErrTorn) {
 				t.Errorf("got %v, want the read error and not ErrTorn", err)
 			}
 			// A file shorter than the size given: the reader's EOF.
-			err = CheckHeader(name, failingReaderAt{io.EOF}, 4096)
+			_, _, err = Begin(failingReaderAt{io.EOF}, 4096)
 			if !errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, ErrTorn) {
 				t.Errorf("got %v, want io.ErrUnexpectedEOF and not ErrTorn", err)
 			}

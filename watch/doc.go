@@ -54,12 +54,21 @@
 // Marker directories and numbered subdirectories always are. The groups of
 // files at the top of the directory (numbered or not: loose numbered files
 // are as often logs and configs as checkpoints) and subdirectories without
-// a number are checkpoints only when at least one of their files has a
-// checkpoint format: one format.Known checks, or one of these extensions,
-// which no format check covers: .pdmodel .pdiparams .pdiparams.info .pdopt
+// a number are checkpoints only when at least one of their files has the
+// name of a checkpoint format: .pdparams .pkl .pickle .distcp .metadata .pt
+// .pth .npz .zip .safetensors .pdmodel .pdiparams .pdiparams.info .pdopt
 // .npy .bin .ckpt .h5 .onnx .pb .msgpack .params. So train.log or
 // config.yaml next to step-000100/ is not a checkpoint, while
-// epoch_3.pdparams with epoch_3.json is one.
+// epoch_3.pdparams with epoch_3.json is one. Names decide only this: which
+// format check a file gets, and whether it is whole, is its content's
+// (package format).
+//
+// # Survey
+//
+// Watcher.Survey, behind `lifeboat check`, scans once as a stop's final
+// scan would and runs every check on every file: each candidate, its step
+// and where the step came from, each file's format and verdict, whether
+// it would be committed and why not, and the files part of no checkpoint.
 //
 // Once a marker has been seen in the Watcher's life (or from the start with
 // Config.MarkerOnly, --marker-only), only marker directories are

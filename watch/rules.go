@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"path"
 	"strings"
-
-	"github.com/lifeboat-project/lifeboat/format"
 )
 
 // DefaultExclude is Config.Exclude when it is nil: logs, temporary and
@@ -17,9 +15,10 @@ var DefaultExclude = []string{
 	"*.lock", "*.pid", "nohup.out", "events.out.tfevents.*", ".nfs*", "*~",
 }
 
-// checkpointExtensions are file extensions that mark a checkpoint although
-// no format check covers them (format.Known covers the checked ones).
+// checkpointExtensions are the file extensions that mark a group of files
+// as a checkpoint (whichever check their content gets).
 var checkpointExtensions = []string{
+	".pdparams", ".pkl", ".pickle", ".distcp", ".metadata", ".pt", ".pth", ".npz", ".zip", ".safetensors",
 	".pdmodel", ".pdiparams", ".pdiparams.info", ".pdopt", ".npy", ".bin", ".ckpt",
 	".h5", ".onnx", ".pb", ".msgpack", ".params",
 }
@@ -54,9 +53,6 @@ func excluded(patterns []string, rel string) bool {
 // checkpointFile reports whether a file's name announces a checkpoint
 // format.
 func checkpointFile(name string) bool {
-	if format.Known(name) && format.KindOf(name) != format.JSON {
-		return true
-	}
 	lower := strings.ToLower(path.Base(name))
 	for _, ext := range checkpointExtensions {
 		if strings.HasSuffix(lower, ext) {

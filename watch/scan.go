@@ -19,6 +19,7 @@ type listing struct {
 	// not be listed (permission denied), not excluded: what they hold is
 	// unknown.
 	unreadable []string
+	excluded   []string // files an exclude pattern matched (for Survey)
 }
 
 // special is a file that is not a regular file.
@@ -80,6 +81,7 @@ func scanDir(dir, marker string, exclude []string) (listing, error) {
 			return nil
 		}
 		if excluded(exclude, rel) {
+			l.excluded = append(l.excluded, rel)
 			return nil
 		}
 		if !d.Type().IsRegular() {

@@ -274,7 +274,14 @@ func formatCost(ctx context.Context, o options, i int, dir string, r *round) err
 			return err
 		}
 		t0 := time.Now()
-		st := format.NewStream(p)
+		_, st, err := format.Begin(bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			return err
+		}
+		if st == nil {
+			r.checkOnly += time.Since(t0).Seconds()
+			continue
+		}
 		for off := 0; off < len(b); off += 8 << 20 {
 			_, _ = st.Write(b[off:min(off+8<<20, len(b))])
 		}

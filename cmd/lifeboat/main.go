@@ -57,6 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return pruneCmd(ctx, args[1:], stdout, stderr)
 	case "doctor":
 		return doctorCmd(ctx, args[1:], stdout, stderr)
+	case "check":
+		return checkCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, versionLine())
 		return 0
@@ -87,6 +89,8 @@ Usage:
   lifeboat prune --store URL --keep N [--min-chunk-age D]
                                          delete all but the newest N checkpoints
   lifeboat doctor [--store URL] [--json] GPUs seen and what the trainer gets, memory plan, store reachability
+  lifeboat check --dir DIR [--json]      what lifeboat sees in a checkpoint directory: checkpoints, steps,
+                                         each file's format and verdict, what a stop would commit
   lifeboat version                       print the version and the build flavour (static or gpu)
   lifeboat help [COMMAND]                show this help, or a command's flags
 

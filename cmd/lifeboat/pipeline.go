@@ -60,7 +60,7 @@ func (o *checkpointOptions) register(fs *flag.FlagSet) {
 		"comma-separated globs of files under --dir that are never part of a checkpoint (logs, temporary files); empty: none")
 	fs.BoolVar(&o.markerOnly, "marker-only", false, "only directories holding the --marker file are checkpoints (otherwise this holds from the first marker seen)")
 	fs.StringVar(&o.verifyFormat, "verify-format", "auto",
-		"auto: a pickle, zip or safetensors file that is not whole makes its checkpoint an interrupted save, never committed or resumed; off: no format checks")
+		"auto: a file whose content a format check recognises (pickle, torch legacy, zip, safetensors, npy, JSON) and finds not whole makes its checkpoint an interrupted save, never committed or resumed; off: no format checks")
 	fs.IntVar(&o.workers, "workers", 0, fmt.Sprintf("parallel chunk uploads and downloads; 0: %d uploads, %d downloads", checkpoint.DefaultUploadWorkers, checkpoint.DefaultDownloadWorkers))
 }
 
@@ -395,9 +395,6 @@ func newerLocal(w *watch.Watcher, snaps []checkpoint.Snapshot, ro rankOptions, v
 	}
 	if verify {
 		for _, f := range l.Files {
-			if !format.Known(f.Path) {
-				continue
-			}
 			if err := format.CheckFile(filepath.Join(w.Dir(), filepath.FromSlash(path.Join(l.Dir, f.Path)))); err != nil {
 				log.Warn("resume.local_torn", "id", l.ID, "err", err, "effect", "not resumed; the store's newest checkpoint is restored")
 				return nil

@@ -19,6 +19,10 @@ Python and numpy; the files are committed, so the tests need neither.
   large_p4.pdopt                 a 70 KB payload of '.' bytes, which the
                                  pickler writes outside any frame
   torch_like.pt                  a zip laid out like torch.save's archive
+  legacy_small.pt                not written here: torch 1.13's
+                                 torch.save(OrderedDict(w=arange(6.).reshape(2, 3),
+                                 b=tensor([1, 2]), h=ones(3, dtype=float16)),
+                                 _use_new_zipfile_serialization=False)
   arrays.npz, arrays_z.npz       numpy.savez and numpy.savez_compressed
 """
 
