@@ -18,7 +18,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 )
 
 // commands are every subcommand with flags.
@@ -206,7 +205,7 @@ func TestValidateBadInput(t *testing.T) {
 			} else {
 				flags = append(flags, "--"+c.flag+"="+c.value)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), hangLimit) // against a hang only
 			defer cancel()
 			cmd := exec.CommandContext(ctx, lifeboatBin, append(append([]string{c.cmd}, flags...), rest...)...)
 			cmd.Env = env

@@ -575,12 +575,12 @@ func TestWholeStoreInsideDirRefused(t *testing.T) {
 	}
 	t.Run("sidecar", func(t *testing.T) {
 		dir := t.TempDir()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), hangLimit)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, lifeboatBin, "sidecar", "--store", "file://"+filepath.Join(dir, "store"), "--dir", dir)
 		out, _ := cmd.CombinedOutput()
 		if ctx.Err() != nil {
-			t.Fatalf("the sidecar ran on (killed after 10 s): a store inside --dir was not refused; output:\n%s", tail(string(out)))
+			t.Fatalf("the sidecar ran on (killed after %s): a store inside --dir was not refused; output:\n%s", hangLimit, tail(string(out)))
 		}
 		if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), "--store") || !strings.Contains(string(out), "--dir") {
 			t.Errorf("exit %d, output %q; want 2 and a message naming --store and --dir", code, out)
