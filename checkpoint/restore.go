@@ -87,6 +87,12 @@ type RestoreResult struct {
 	Bytes int64
 	// Fallbacks lists newer complete steps RestoreLatest skipped, and why.
 	Fallbacks []Fallback
+	// MovedAside lists what the restored checkpoint's directory held
+	// beyond the snapshot and was moved into Aside (paths relative to the
+	// directory restored into, also under Aside), so that the directory
+	// holds the snapshot and nothing else. Aside is under AsideDir.
+	MovedAside []string
+	Aside      string
 }
 
 // Restore writes the snapshot of (step, rank) into dir: the highest
@@ -150,30 +156,29 @@ func Restore(ctx context.Context, s storage.Store, step int64, rank int, dir str
 // restoreOne restores the snapshot of manifest m into dir.
 func restoreOne(ctx context.Context, s storage.Store, m *Manifest, dir string, opts RestoreOptions) (*RestoreResult, error) {
 	root, err := openRestoreDir(dir)
+	var rec *restoreRecord
 	if err == nil {
 		defer root.Close()
-		err = restoreFiles(ctx, s, m.Files, setPaths(m), root, "", opts)
+		var b []byte
+		if b, err = m.Encode(); err == nil {
+			rec = &restoreRecord{Manifest: b, Rank: m.Rank}
+			err = restoreFiles(ctx, s, m.Files, setPaths(m), root, "", opts, rec)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: restore step %d rank %d revision %d into %s: %w", m.Step, m.Rank, m.Revision, dir, err)
 	}
-	return &RestoreResult{Step: m.Step, Rank: m.Rank, Revision: m.Revision, Manifest: m, Dir: dir, Files: len(m.Files), Bytes: m.Bytes()}, nil
+	return &RestoreResult{Step: m.Step, Rank: m.Rank, Revision: m.Revision, Manifest: m, Dir: dir, Files: len(m.Files), Bytes: m.Bytes(),
+		MovedAside: rec.Strays, Aside: rec.Aside}, nil
 }
 
-// restoreAll restores every rank of g, whose manifests readGroups read,
-// into dir/RanksDir, as one snapshot: each rank's files under its
-// RankDir, all downloaded and checked in a staging directory inside dir
-// (a name RemoveStaleRestores removes) before RanksDir is replaced by it.
-// On any failure dir is as it was.
-func restoreAll(ctx context.Context, s storage.Store, g *stepGroup, rank int, dir string, opts RestoreOptions) (*RestoreResult, error) {
-	res := &RestoreResult{Step: g.step, Rank: rank, Dir: filepath.Join(dir, RanksDir)}
-	all := &Manifest{Format: FormatVersion, ID: g.manifests[0].ID, Step: g.step, WorldSize: g.worldSize}
-	var set []string
-	for r := range g.worldSize {
-		m := g.manifests[r]
-		res.Ranks = append(res.Ranks, m)
-		res.Revision = max(res.Revision, m.Revision)
-		all.Revision = res.Revision
+// joinRanks is the manifest of every rank of one step as one snapshot
+// (RestoreResult.Manifest with AllRanks) and the paths of it that
+// format.CheckSet checks as a set (rank 0's).
+func joinRanks(ms []*Manifest) (all *Manifest, set []string) {
+	all = &Manifest{Format: FormatVersion, ID: ms[0].ID, Step: ms[0].Step, WorldSize: len(ms)}
+	for r, m := range ms {
+		all.Revision = max(all.Revision, m.Revision)
 		all.Counter = all.Counter || m.Counter
 		if m.Created.After(all.Created) {
 			all.Created = m.Created
@@ -189,9 +194,32 @@ func restoreAll(ctx context.Context, s storage.Store, g *stepGroup, rank int, di
 			}
 		}
 	}
+	return all, set
+}
+
+// restoreAll restores every rank of g, whose manifests readGroups read,
+// into dir/RanksDir, as one snapshot: each rank's files under its
+// RankDir, all downloaded and checked in a staging directory inside dir
+// (a name RemoveStaleRestores removes) before RanksDir is replaced by it.
+// On any failure dir is as it was.
+func restoreAll(ctx context.Context, s storage.Store, g *stepGroup, rank int, dir string, opts RestoreOptions) (*RestoreResult, error) {
+	res := &RestoreResult{Step: g.step, Rank: rank, Dir: filepath.Join(dir, RanksDir)}
+	for r := range g.worldSize {
+		res.Ranks = append(res.Ranks, g.manifests[r])
+	}
+	all, set := joinRanks(res.Ranks)
+	res.Revision = all.Revision
 	res.Manifest, res.Files, res.Bytes = all, len(all.Files), all.Bytes()
 	fail := func(err error) (*RestoreResult, error) {
 		return nil, fmt.Errorf("checkpoint: restore every rank of step %d (world size %d) into %s: %w", g.step, g.worldSize, res.Dir, err)
+	}
+	rec := &restoreRecord{Sub: RanksDir, Whole: true, Rank: rank}
+	for _, m := range res.Ranks {
+		b, err := m.Encode()
+		if err != nil {
+			return fail(err)
+		}
+		rec.Ranks = append(rec.Ranks, b)
 	}
 	root, err := openRestoreDir(dir)
 	if err != nil {
@@ -203,28 +231,21 @@ func restoreAll(ctx context.Context, s storage.Store, g *stepGroup, rank int, di
 		return fail(err)
 	}
 	defer root.RemoveAll(stage)
-	if err := restoreFiles(ctx, s, all.Files, set, root, stage, opts); err != nil {
+	if err := restoreFiles(ctx, s, all.Files, set, root, stage, opts, nil); err != nil {
 		return fail(err)
 	}
-	// Swap the staged copy in: the old RanksDir is moved aside under a
-	// temporary name first, so that a kill between the two renames
-	// leaves nothing RemoveStaleRestores does not remove. Both renames
-	// are of names in dir, through its descriptor: a RanksDir that is a
-	// symlink is moved aside as the link, never followed.
-	if _, err := root.Lstat(RanksDir); err == nil {
-		aside, err := root.MkdirTemp("", tempPrefix)
-		if err != nil {
-			return fail(err)
-		}
-		defer root.RemoveAll(aside)
-		if err := root.Rename(RanksDir, aside+"/"+RanksDir); err != nil {
-			return fail(fmt.Errorf("move the previous %s aside: %w", RanksDir, err))
-		}
+	// Swap the staged copy in, as recorded (FinishInterrupted finishes
+	// it after a kill): the old RanksDir is moved aside under a temporary
+	// name first, which RemoveStaleRestores removes. Both renames are of
+	// names in dir, through its descriptor: a RanksDir that is a symlink
+	// is moved aside as the link, never followed.
+	rec.Tmp = stage
+	if err := writeRecord(root, rec); err != nil {
+		return fail(err)
 	}
-	if err := root.Rename(stage, RanksDir); err != nil {
-		return fail(fmt.Errorf("move restored files into place: %w", err))
+	if err := moveRecorded(root, rec, nil); err != nil {
+		return fail(err)
 	}
-	root.Sync()
 	return res, nil
 }
 
@@ -483,8 +504,10 @@ type restoreJob struct {
 
 // restoreFiles restores files into sub, a directory beneath root ("" for
 // root itself; see Restore); set is the paths format.CheckSet checks as
-// one set (setPaths).
-func restoreFiles(ctx context.Context, s storage.Store, files []File, set []string, root *beneath.Dir, sub string, opts RestoreOptions) error {
+// one set (setPaths). With rec (the snapshot's manifest filled in), the
+// move into place is recorded and all or nothing (moveInPlace); without,
+// the files are moved into the new directory sub.
+func restoreFiles(ctx context.Context, s storage.Store, files []File, set []string, root *beneath.Dir, sub string, opts RestoreOptions, rec *restoreRecord) error {
 	tmp, err := prepareRestore(ctx, files, root, sub)
 	if tmp != "" {
 		defer root.RemoveAll(tmp)
@@ -503,7 +526,11 @@ func restoreFiles(ctx context.Context, s storage.Store, files []File, set []stri
 			return err
 		}
 	}
-	return moveIntoPlace(files, root, tmp, sub)
+	if rec == nil {
+		return moveIntoPlace(files, root, tmp, sub)
+	}
+	rec.Tmp, rec.Sub = tmp, sub
+	return moveInPlace(root, rec, files)
 }
 
 // prepareRestore checks that files can be restored into sub beneath root
@@ -618,19 +645,13 @@ func sendChunks(ctx context.Context, mf File, root *beneath.Dir, tmp string, fet
 // following a link: a directory swapped for a symlink on the way fails
 // the move (ELOOP) instead of writing where the link points.
 func moveIntoPlace(files []File, root *beneath.Dir, tmp, sub string) error {
-	if afterMove != nil {
-		afterMove(0)
-	}
 	dirs := map[string]bool{}
-	for i, mf := range files {
+	for _, mf := range files {
 		target := joinSlash(sub, mf.Path)
 		if err := root.Rename(tmp+"/"+mf.Path, target); err != nil {
 			return fmt.Errorf("move restored files into place (some are moved, the rest are not): %w", err)
 		}
 		dirs[path.Dir(target)] = true
-		if afterMove != nil {
-			afterMove(i + 1)
-		}
 	}
 	for _, d := range slices.Sorted(maps.Keys(dirs)) {
 		if d == "." {
@@ -646,8 +667,10 @@ func moveIntoPlace(files []File, root *beneath.Dir, tmp, sub string) error {
 }
 
 // afterMove, when set (a build with the lifeboat_faults tag), is called
-// before the first file is moved into place (n = 0) and after each move
-// with the number moved: tests stop or kill lifeboat there.
+// once the record of a restore is written, before anything is moved
+// (n = 0), and after each recorded move (moveRecorded: each file moved
+// aside, then each file moved into place) with the number done: tests
+// stop or kill lifeboat there.
 var afterMove func(n int)
 
 // joinSlash joins the slash path p to the directory sub ("" for none).

@@ -27,6 +27,13 @@
 //   - RanksDir (.lifeboat-ranks): package checkpoint restores every rank's
 //     files into it (RestoreOptions.AllRanks), so the rank that restored
 //     them never uploads them as its own checkpoint.
+//   - RestoreRecord (.lifeboat-restoring.json): package checkpoint writes
+//     it before a restore moves its first file into place and removes it
+//     after the last; the next start finishes a restore it names.
+//   - AsideDir (.lifeboat-aside): package checkpoint moves the files a
+//     restored checkpoint's directory held beyond the snapshot into
+//     AsideDir/<UTC time>-*/, at their paths; nothing there is read,
+//     uploaded or deleted by lifeboat.
 //   - ResumeFile (.lifeboat-resume.json): package resume writes it after a
 //     restore, through a RestoreTempPrefix file renamed into place; the
 //     helper's resume_dir() and friends read it.
@@ -49,6 +56,8 @@ const (
 	RestoreTempPrefix = Prefix + "restore-"
 	RanksDir          = Prefix + "ranks"
 	ResumeFile        = Prefix + "resume.json"
+	RestoreRecord     = Prefix + "restoring.json"
+	AsideDir          = Prefix + "aside"
 )
 
 // Is reports whether name, a base name, is reserved: it starts with Prefix.
