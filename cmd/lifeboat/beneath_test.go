@@ -376,8 +376,9 @@ func (s *swapper) halt() int {
 }
 
 // TestRestoreUnderLinkSwapsWritesNothingOutside (issue 26, item 1's
-// property): restores (`lifeboat restore`, and `lifeboat run`'s restore at
-// start) run while another goroutine swaps every directory and file of the
+// property): restores (`lifeboat restore`, `lifeboat run`'s restore at
+// start, and `run --restart on-failure`'s restores before each restart)
+// run while another goroutine swaps every directory and file of the
 // tree under --dir (checkpoint directories, the restore's temporary
 // directory, the resume file) for symlinks into a tree outside --dir, in a
 // loop. Whatever the interleaving, and whether each restore succeeds or
@@ -396,11 +397,15 @@ func TestRestoreUnderLinkSwapsWritesNothingOutside(t *testing.T) {
 		writeTree(t, dir, map[string][]byte{"step-000100/d0/e0/f00.bin": []byte("old"), "step-000100/d1/e1/old.bin": []byte("old")})
 		sw := startSwapper(dir, out.dir, uint64(trial))
 		args := []string{"restore", "--store", url, "--dir", dir}
-		if trial%2 == 1 {
+		switch trial % 3 {
+		case 1:
 			args = []string{"run", "--store", url, "--dir", dir, "--", "true"}
+		case 2:
+			// A trainer that crashes: two restarts, each restoring again.
+			args = []string{"run", "--store", url, "--dir", dir, "--restart", "on-failure", "--max-restarts", "2", "--restart-backoff", "1ms", "--", "false"}
 		}
 		p := start(t, "plain", args...)
-		if p.wait() != 0 {
+		if code := p.wait(); code != 0 && (trial%3 != 2 || !strings.Contains(p.stderr.String(), `"msg":"supervisor.restart`)) {
 			failed++
 		}
 		swaps += sw.halt()
@@ -408,5 +413,5 @@ func TestRestoreUnderLinkSwapsWritesNothingOutside(t *testing.T) {
 			t.Fatalf("trial %d: lifeboat %s changed the tree outside --dir:\nbefore:\n%s\nafter:\n%s\nstderr:\n%s", trial, args[0], before, after, p.stderr.String())
 		}
 	}
-	t.Logf("%d swaps; %d of 12 restores failed on a link", swaps, failed)
+	t.Logf("%d swaps; %d of 12 lifeboats failed on a link", swaps, failed)
 }
