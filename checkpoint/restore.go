@@ -103,12 +103,19 @@ type RestoreResult struct {
 // one filesystem even when dir is a mount point). When every file is
 // complete and synced, and (unless opts.SkipFormatCheck) passes the format
 // checks of package format, the files are renamed into place, one by one;
-// each rename atomically replaces a file of the same path. Files in dir that
-// the snapshot does not contain are never touched. Before anything is
-// renamed, Restore checks that no target path is a directory or lies under a
-// symlink or non-directory, so the move cannot fail half way for those
-// reasons. On any earlier error dir is left exactly as it was and the
-// temporary directory is removed.
+// each rename atomically replaces a file of the same path. Before that,
+// what the restored checkpoint's directory holds beyond the snapshot is
+// moved into AsideDir (strays; files at the top of dir stay), so that it
+// holds the snapshot and nothing else (RestoreResult.MovedAside). The
+// moves are recorded in RecordFile first and the record removed after the
+// last, so a kill in between is finished by FinishInterrupted at the next
+// start; a move that fails takes the checkpoint apart into AsideDir rather
+// than leave a mix. Every path created, renamed or removed in dir is
+// resolved beneath it without following a link (package beneath). Before
+// anything is renamed, Restore checks that no target path is a directory
+// or lies under a symlink or non-directory, so the move cannot fail half
+// way for those reasons. On any earlier error dir is left exactly as it
+// was and the temporary directory is removed.
 //
 // Resources are bounded whatever the snapshot's file count: before any
 // download the free space and inodes of dir's file system are checked
