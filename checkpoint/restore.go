@@ -526,7 +526,7 @@ func restoreFiles(ctx context.Context, s storage.Store, files []File, set []stri
 		return err
 	}
 	if !opts.SkipFormatCheck {
-		if err := checkRestored(ctx, filepath.Join(root.Name(), tmp), files, set, opts.Workers); err != nil {
+		if err := checkRestored(ctx, root, tmp, files, set, opts.Workers); err != nil {
 			if !errors.Is(err, ErrCorrupt) && ctx.Err() == nil {
 				err = writeFailed(err)
 			}
@@ -805,7 +805,7 @@ func setPaths(m *Manifest) []string {
 // checkRestored runs the format checks on the restored files under tmp, up
 // to workers at once, and format.CheckSet on the paths set. A file that is
 // not whole is an error wrapping ErrCorrupt and format.ErrTorn.
-func checkRestored(ctx context.Context, tmp string, files []File, set []string, workers int) error {
+func checkRestored(ctx context.Context, root *beneath.Dir, tmp string, files []File, set []string, workers int) error {
 	if err := format.CheckSet(set); err != nil {
 		return formatCorrupt("the snapshot's files", err)
 	}
@@ -816,13 +816,46 @@ func checkRestored(ctx context.Context, tmp string, files []File, set []string, 
 			break
 		}
 		g.Go(func() error {
-			if err := format.CheckFile(filepath.Join(tmp, filepath.FromSlash(f.Path))); err != nil {
+			if err := checkRestoredFile(root, tmp+"/"+f.Path); err != nil {
 				return formatCorrupt(f.Path, err)
 			}
 			return nil
 		})
 	}
 	return waitCause(ctx, gctx, g)
+}
+
+// checkRestoredFile is format.CheckFile of the file rel, opened beneath
+// root without following a link (so a temporary directory swapped for a
+// link is never read through): its header check and, where its format
+// has one, its streamed check.
+func checkRestoredFile(root *beneath.Dir, rel string) error {
+	if !format.Known(rel) {
+		return nil
+	}
+	f, err := root.OpenFile(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+	}
+	if err := format.CheckHeader(rel, f, fi.Size()); err != nil {
+		return err
+	}
+	s := format.NewStream(rel)
+	if s == nil {
+		return nil
+	}
+	if _, err := io.CopyBuffer(s, io.NewSectionReader(f, 0, fi.Size()), make([]byte, fetchBuffer)); err != nil {
+		return err
+	}
+	return s.Close()
 }
 
 // formatCorrupt is the error of restored files that failed a format check:
