@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
+	"github.com/lifeboat-project/lifeboat/internal/beneath"
 	"github.com/lifeboat-project/lifeboat/internal/reserved"
 	"github.com/lifeboat-project/lifeboat/watch"
 )
@@ -62,29 +62,47 @@ func Local(dir string, l watch.Ready) *Point {
 	return p
 }
 
-// Write replaces dir's resume file with p.
+// Write replaces dir's resume file with p, atomically and beneath dir:
+// the JSON goes into a new temporary file in dir, named
+// reserved.RestoreTempPrefix and random characters and created
+// O_CREAT|O_EXCL|O_NOFOLLOW, which is renamed over the resume file
+// (package beneath). A link planted at either name is never followed; a
+// leftover temporary file is removed with the restores' leftovers.
 func Write(dir string, p *Point) error {
+	name := filepath.Join(dir, FileName)
 	b, err := json.Marshal(p)
 	if err != nil {
 		return err
 	}
-	name := filepath.Join(dir, FileName)
-	tmp := name + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	root, err := beneath.Open(dir)
+	if err != nil {
 		return fmt.Errorf("resume: write %s: %w", name, err)
 	}
-	if err := os.Rename(tmp, name); err != nil {
-		os.Remove(tmp)
+	defer root.Close()
+	if err := root.WriteFile(FileName, append(b, '\n'), 0o644, reserved.RestoreTempPrefix); err != nil {
 		return fmt.Errorf("resume: write %s: %w", name, err)
 	}
 	return nil
 }
 
+// maxFileSize bounds the resume file Read reads: far more than the
+// files of any checkpoint take.
+const maxFileSize = 64 << 20
+
 // Read reads dir's resume file: nil and no error when there is none, an
-// error when it cannot be read or is not a resume file.
+// error when it cannot be read, is not a regular file (a link is not
+// followed) or is not a resume file.
 func Read(dir string) (*Point, error) {
 	name := filepath.Join(dir, FileName)
-	b, err := os.ReadFile(name)
+	root, err := beneath.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resume: read %s: %w", name, err)
+	}
+	defer root.Close()
+	b, err := root.ReadFile(FileName, maxFileSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -98,9 +116,18 @@ func Read(dir string) (*Point, error) {
 	return &p, nil
 }
 
-// Remove removes dir's resume file, when there is one.
+// Remove removes dir's resume file, when there is one (a link of that
+// name is removed, not what it points to).
 func Remove(dir string) error {
-	if err := os.Remove(filepath.Join(dir, FileName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	root, err := beneath.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	defer root.Close()
+	if err := root.Remove(FileName); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("resume: %w", err)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/lifeboat-project/lifeboat/internal/printable"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
 
@@ -44,7 +45,7 @@ func parseCmd(fs *flag.FlagSet, args []string, stderr io.Writer) int {
 		usage()
 		return 0
 	}
-	fmt.Fprintf(stderr, "lifeboat %s: %v\n", fs.Name(), err)
+	printError(stderr, fs.Name(), err)
 	var ve *valueError
 	if !errors.As(err, &ve) {
 		usage()
@@ -62,7 +63,7 @@ func setup(fs *flag.FlagSet, args []string, c *commonOptions, stdout, stderr io.
 		return code
 	}
 	if err := validate(); err != nil {
-		fmt.Fprintf(stderr, "lifeboat %s: %v\n", fs.Name(), err)
+		printError(stderr, fs.Name(), err)
 		var ae argsError
 		if errors.As(err, &ae) {
 			fs.Usage()
@@ -71,7 +72,7 @@ func setup(fs *flag.FlagSet, args []string, c *commonOptions, stdout, stderr io.
 	}
 	log, err := newLogger(stderr, c.logLevel, c.logFormat)
 	if err != nil {
-		fmt.Fprintf(stderr, "lifeboat %s: %v\n", fs.Name(), err)
+		printError(stderr, fs.Name(), err)
 		return 2
 	}
 	c.log, c.stdout, c.stderr = log, stdout, stderr
@@ -107,6 +108,20 @@ func (e *codeError) Error() string {
 
 func (e *codeError) Unwrap() error { return e.err }
 
+// printError prints err for people: "lifeboat NAME: " and the message,
+// one line per error it joins, names in it escaped (printable.ErrorLines),
+// so no name can start a line of its own.
+func printError(stderr io.Writer, name string, err error) {
+	lines := printable.ErrorLines(err)
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(stderr, "lifeboat %s: %s\n", name, lines[0])
+	for _, l := range lines[1:] {
+		fmt.Fprintln(stderr, l)
+	}
+}
+
 // exitCode is the one place a command's result becomes the process exit
 // code: nil is 0; a usageError or argsError 2; a *codeError its code; a
 // *supervisor.ExitError (run) its code, printing a spawn failure as one
@@ -120,18 +135,20 @@ func exitCode(name string, err error, runtime int, stderr io.Writer) int {
 	var ce *codeError
 	if errors.As(err, &ce) {
 		if ce.err != nil {
-			fmt.Fprintf(stderr, "lifeboat %s: %v\n", name, ce.err)
+			printError(stderr, name, ce.err)
 		}
 		return ce.code
 	}
 	var ee *supervisor.ExitError
 	if errors.As(err, &ee) {
 		if !ee.Started {
-			fmt.Fprintln(stderr, ee.Err)
+			for _, l := range printable.ErrorLines(ee.Err) {
+				fmt.Fprintln(stderr, l)
+			}
 		}
 		return ee.ExitCode()
 	}
-	fmt.Fprintf(stderr, "lifeboat %s: %v\n", name, err)
+	printError(stderr, name, err)
 	var ue usageError
 	var ae argsError
 	if errors.As(err, &ue) || errors.As(err, &ae) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
+	"github.com/lifeboat-project/lifeboat/internal/printable"
 )
 
 // lsOptions are the flags of `lifeboat ls`.
@@ -127,7 +128,7 @@ func runLs(ctx context.Context, o *lsOptions) error {
 		if why == "" {
 			why = "-"
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%s\n", e.Step, e.Revision, kind, e.Created.UTC().Format(time.RFC3339), len(e.Ranks), e.WorldSize, e.Bytes, state, id, why)
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%s\n", e.Step, e.Revision, kind, e.Created.UTC().Format(time.RFC3339), len(e.Ranks), e.WorldSize, e.Bytes, state, printable.String(id), printable.String(why))
 	}
 	return tw.Flush()
 }

@@ -125,12 +125,54 @@ func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro ran
 	case err != nil:
 		return nil, fmt.Errorf("restore from %s into %s: %w", s, dir, err)
 	}
+	logMovedAside(log, dir, res)
 	r := resume.Restored(dir, res, all)
 	writeResumeFile(dir, r, log)
 	el := time.Since(t0)
 	log.Info("resume.restored", "step", res.Step, "rank", ro.rank, "files", res.Files, "bytes", res.Bytes,
 		"seconds", el.Seconds(), "mb_per_s", float64(res.Bytes)/1e6/max(el.Seconds(), 1e-9), "dir", r.Dir, "manifest_id", r.ID)
 	return r, nil
+}
+
+// maxLoggedPaths bounds the paths one log line lists.
+const maxLoggedPaths = 20
+
+// logMovedAside logs what a restore moved out of the restored
+// checkpoint's directory (checkpoint.RestoreResult.MovedAside), if
+// anything.
+func logMovedAside(log *slog.Logger, dir string, res *checkpoint.RestoreResult) {
+	if res == nil || len(res.MovedAside) == 0 {
+		return
+	}
+	paths := res.MovedAside[:min(len(res.MovedAside), maxLoggedPaths)]
+	log.Warn("resume.moved_aside", "to", filepath.Join(dir, filepath.FromSlash(res.Aside)), "entries", len(res.MovedAside), "paths", paths,
+		"reason", "the restored checkpoint's directory held these beyond the snapshot; the resume directory holds the snapshot and nothing else")
+}
+
+// finishInterrupted finishes a restore into dir that a kill cut short
+// while it moved files into place (checkpoint.FinishInterrupted), writes
+// the resume file for it, and returns what the trainer resumes from: the
+// restored checkpoint, whole. nil when there was none, or when it could
+// not be finished (then its files are moved aside, and logged).
+func finishInterrupted(dir string, log *slog.Logger) *resume.Point {
+	res, err := checkpoint.FinishInterrupted(dir)
+	if err != nil {
+		args := []any{"dir", dir, "err", err.Error(), "effect", "its files are moved aside; the checkpoint is restored anew"}
+		if res != nil && len(res.MovedAside) > 0 {
+			args = append(args, "to", filepath.Join(dir, filepath.FromSlash(res.Aside)), "entries", len(res.MovedAside))
+		}
+		log.Warn("resume.interrupted_restore_failed", args...)
+		return nil
+	}
+	if res == nil {
+		return nil
+	}
+	logMovedAside(log, dir, res)
+	r := resume.Restored(dir, res, len(res.Ranks) > 0)
+	writeResumeFile(dir, r, log)
+	log.Warn("resume.interrupted_restore_finished", "step", res.Step, "rank", res.Rank, "files", res.Files, "dir", r.Dir, "manifest_id", r.ID,
+		"reason", "a restore was killed while it moved files into place; the rest are moved now, so the checkpoint is whole before anything reads or uploads it")
+	return r
 }
 
 // readResumeFile reads what an earlier restore (an init container's)
@@ -232,7 +274,9 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 		return nil, err
 	}
 	p.store = s
+	var finished *resume.Point // a restore a kill cut short, finished now
 	if !co.sidecar {
+		finished = finishInterrupted(dir, log)
 		removed, err := checkpoint.RemoveStaleRestores(dir)
 		if len(removed) > 0 {
 			log.Info("resume.stale_removed", "dir", dir, "entries", removed,
@@ -267,8 +311,12 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 		w.SetLastStep(sn.Step)
 	}
 	local := (*watch.Ready)(nil)
-	switch co.restore {
-	case "auto":
+	switch {
+	case finished != nil:
+		// The restore that was cut short is the one that was chosen:
+		// its checkpoint is neither new work nor taken as newer.
+		p.resume, p.resumeSource = finished, "store"
+	case co.restore == "auto":
 		if local = newerLocal(w, snaps, ro, co.verifyFormat != "off", log); local != nil {
 			p.resume, p.resumeSource = localResume(dir, *local, log), "local"
 			break

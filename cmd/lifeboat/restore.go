@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
+	"github.com/lifeboat-project/lifeboat/internal/printable"
 	"github.com/lifeboat-project/lifeboat/resume"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
@@ -80,6 +81,7 @@ func runRestore(ctx context.Context, o *restoreOptions) error {
 	if err := os.MkdirAll(o.dir, 0o755); err != nil {
 		return fmt.Errorf("create --dir %s: %v", o.dir, err)
 	}
+	finishInterrupted(o.dir, log) // then restored again below, as asked
 	if removed, err := checkpoint.RemoveStaleRestores(o.dir); len(removed) > 0 || err != nil {
 		log.Info("resume.stale_removed", "dir", o.dir, "entries", removed, "err", err,
 			"reason", "left by a restore that was killed before it could clean up")
@@ -115,8 +117,9 @@ func runRestore(ctx context.Context, o *restoreOptions) error {
 		if err != nil {
 			return fmt.Errorf("step %d: %w", o.step, err)
 		}
+		logMovedAside(log, o.dir, res)
 		writeResumeFile(o.dir, resume.Restored(o.dir, res, all), log)
-		fmt.Fprintf(stdout, "restored step %d (%d files, %d bytes) into %s\n", res.Step, res.Files, res.Bytes, res.Dir)
+		fmt.Fprintf(stdout, "restored step %d (%d files, %d bytes) into %s\n", res.Step, res.Files, res.Bytes, printable.String(res.Dir))
 		o.kube.restored(ctx, log, res.Step, time.Since(t0).Seconds())
 		return nil
 	}
@@ -128,10 +131,10 @@ func runRestore(ctx context.Context, o *restoreOptions) error {
 		return err
 	}
 	if r == nil {
-		fmt.Fprintf(stdout, "no complete checkpoint in %s: the trainer starts fresh\n", s)
+		fmt.Fprintf(stdout, "no complete checkpoint in %s: the trainer starts fresh\n", printable.String(s.String()))
 		return nil
 	}
-	fmt.Fprintf(stdout, "restored step %s (id %s) into %s\n", strconv.FormatInt(r.Step, 10), r.ID, r.Dir)
+	fmt.Fprintf(stdout, "restored step %s (id %s) into %s\n", strconv.FormatInt(r.Step, 10), printable.String(r.ID), printable.String(r.Dir))
 	o.kube.restored(ctx, log, r.Step, time.Since(t0).Seconds())
 	return nil
 }

@@ -21,14 +21,22 @@
 //     --dir), and the one the helper's commit() writes the marker through.
 //   - RestoreTempPrefix (.lifeboat-restore-*): the directories package
 //     checkpoint restores into before moving the files into place, and the
-//     ones an old RanksDir is moved aside into; checkpoint's Upload skips
+//     ones an old RanksDir is moved aside into, and the temporary file
+//     package resume writes ResumeFile through; checkpoint's Upload skips
 //     them and RemoveStaleRestores removes them.
 //   - RanksDir (.lifeboat-ranks): package checkpoint restores every rank's
 //     files into it (RestoreOptions.AllRanks), so the rank that restored
 //     them never uploads them as its own checkpoint.
-//   - ResumeFile (.lifeboat-resume.json), and ResumeFile+".tmp" while it is
-//     written: package resume writes it after a restore; the helper's
-//     resume_dir() and friends read it.
+//   - RestoreRecord (.lifeboat-restoring.json): package checkpoint writes
+//     it before a restore moves its first file into place and removes it
+//     after the last; the next start finishes a restore it names.
+//   - AsideDir (.lifeboat-aside): package checkpoint moves the files a
+//     restored checkpoint's directory held beyond the snapshot into
+//     AsideDir/<UTC time>-*/, at their paths; nothing there is read,
+//     uploaded or deleted by lifeboat.
+//   - ResumeFile (.lifeboat-resume.json): package resume writes it after a
+//     restore, through a RestoreTempPrefix file renamed into place; the
+//     helper's resume_dir() and friends read it.
 //
 // It imports only the standard library, so every package can use it.
 package reserved
@@ -48,6 +56,8 @@ const (
 	RestoreTempPrefix = Prefix + "restore-"
 	RanksDir          = Prefix + "ranks"
 	ResumeFile        = Prefix + "resume.json"
+	RestoreRecord     = Prefix + "restoring.json"
+	AsideDir          = Prefix + "aside"
 )
 
 // Is reports whether name, a base name, is reserved: it starts with Prefix.

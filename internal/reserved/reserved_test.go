@@ -24,6 +24,8 @@ var names = []string{
 	reserved.RanksDir,
 	reserved.ResumeFile,
 	reserved.ResumeFile + ".tmp",
+	reserved.RestoreRecord,
+	reserved.AsideDir,
 	reserved.Prefix + "anything-else",
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lifeboat-project/lifeboat/internal/beneath"
 	"github.com/lifeboat-project/lifeboat/internal/reserved"
 	"github.com/lifeboat-project/lifeboat/storage"
 )
@@ -79,36 +80,19 @@ func (s *Store) openRoot() (int, error) {
 }
 
 // openDir opens the directory dir (slash-separated, relative to the root,
-// "" for the root) one segment at a time without following symlinks. With
-// create it makes missing directories.
+// "" for the root) beneath the root without following symlinks
+// (beneath.OpenDirAt). With create it makes missing directories.
 func (s *Store) openDir(dir string, create bool) (int, error) {
 	fd, err := s.openRoot()
-	if err != nil || dir == "" {
+	if err != nil {
 		return fd, err
 	}
-	for _, seg := range strings.Split(dir, "/") {
-		next, err := unix.Openat(fd, seg, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if errors.Is(err, unix.ENOENT) && create {
-			if err = unix.Mkdirat(fd, seg, 0o755); err == nil || errors.Is(err, unix.EEXIST) {
-				next, err = unix.Openat(fd, seg, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			}
-		}
-		if errors.Is(err, unix.ENOTDIR) && isSymlink(fd, seg) {
-			err = unix.ELOOP // O_DIRECTORY|O_NOFOLLOW reports a symlink as ENOTDIR
-		}
-		unix.Close(fd)
-		if err != nil {
-			return -1, symlinkError(err)
-		}
-		fd = next
+	defer unix.Close(fd)
+	sub, err := beneath.OpenDirAt(fd, dir, create)
+	if err != nil {
+		return -1, symlinkError(err)
 	}
-	return fd, nil
-}
-
-// isSymlink reports whether name in dfd is a symlink.
-func isSymlink(dfd int, name string) bool {
-	var st unix.Stat_t
-	return unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK
+	return sub, nil
 }
 
 // symlinkError turns ELOOP (O_NOFOLLOW met a symlink) into a clearer error.
