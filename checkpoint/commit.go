@@ -49,7 +49,7 @@ func (u *Uploader) commit(ctx context.Context, m *Manifest) (committed, error) {
 				// Pruned since the listing, or unreadable: not these files.
 			case err != nil:
 				return committed{}, err
-			case slices.EqualFunc(old.Files, m.Files, equalFile) && old.Generation == m.Generation && old.Counter == m.Counter:
+			case slices.EqualFunc(old.Files, m.Files, equalFile) && old.Generation == m.Generation && old.Counter == m.Counter && old.Line == m.Line:
 				// old.ID == m.ID: this upload's own Put, retried after
 				// its answer was lost.
 				return committed{key: rk.info.Key, manifest: old, already: old.ID != m.ID}, nil

@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
@@ -64,15 +65,18 @@ func RankDir(rank int) string { return fmt.Sprintf("rank-%05d", rank) }
 
 // Fallback records a snapshot RestoreLatest could not restore.
 type Fallback struct {
-	Step int64
-	Err  error
+	Step      int64
+	WorldSize int
+	Line      string // the step's line of work
+	Err       error
 }
 
 // RestoreResult reports a restore.
 type RestoreResult struct {
 	Step     int64
 	Rank     int
-	Revision int // the revision of the step and rank restored: its highest
+	Line     string // the restored step's line of work (LegacyLine: none)
+	Revision int    // the revision of the step and rank restored: its highest
 	// Manifest is the restored snapshot's. With AllRanks it lists every
 	// rank's files, each path under its RankDir, with rank 0's id; the
 	// ranks' own manifests are in Ranks.
@@ -150,7 +154,7 @@ func restoreOne(ctx context.Context, s storage.Store, m *Manifest, dir string, o
 	if err := restoreFiles(ctx, s, m.Files, setPaths(m), dir, opts); err != nil {
 		return nil, fmt.Errorf("checkpoint: restore step %d rank %d revision %d into %s: %w", m.Step, m.Rank, m.Revision, dir, err)
 	}
-	return &RestoreResult{Step: m.Step, Rank: m.Rank, Revision: m.Revision, Manifest: m, Dir: dir, Files: len(m.Files), Bytes: m.Bytes()}, nil
+	return &RestoreResult{Step: m.Step, Rank: m.Rank, Line: m.Line, Revision: m.Revision, Manifest: m, Dir: dir, Files: len(m.Files), Bytes: m.Bytes()}, nil
 }
 
 // restoreAll restores every rank of g, whose manifests readGroups read,
@@ -159,7 +163,7 @@ func restoreOne(ctx context.Context, s storage.Store, m *Manifest, dir string, o
 // (a name RemoveStaleRestores removes) before RanksDir is replaced by it.
 // On any failure dir is as it was.
 func restoreAll(ctx context.Context, s storage.Store, g *stepGroup, rank int, dir string, opts RestoreOptions) (*RestoreResult, error) {
-	res := &RestoreResult{Step: g.step, Rank: rank, Dir: filepath.Join(dir, RanksDir)}
+	res := &RestoreResult{Step: g.step, Rank: rank, Line: g.line(), Dir: filepath.Join(dir, RanksDir)}
 	all := &Manifest{Format: FormatVersion, ID: g.manifests[0].ID, Step: g.step, WorldSize: g.worldSize}
 	var set []string
 	for r := range g.worldSize {
@@ -298,10 +302,12 @@ func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, o
 	if opts.AllRanks {
 		worldSize = 0
 	}
-	steps, err := candidateSteps(ctx, s, worldSize)
+	now := time.Now()
+	steps, err := candidateSteps(ctx, s, worldSize, now)
 	if err != nil {
 		return nil, err
 	}
+	logFutureCreated(log, steps, now)
 	var fallbacks []Fallback
 	for _, g := range steps {
 		if rank >= g.worldSize && !opts.AllRanks {
@@ -309,14 +315,14 @@ func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, o
 		}
 		res, err := restoreStep(ctx, s, g, rank, dir, opts)
 		if err == nil {
-			res.Fallbacks = fallbacks
+			res.Fallbacks, res.Line = fallbacks, g.line()
 			return res, nil
 		}
 		if ctx.Err() != nil || !skippable(err) {
 			return nil, err
 		}
 		log.Debug("checkpoint.restore_fallback", "step", g.step, "rank", rank, "err", err)
-		fallbacks = append(fallbacks, Fallback{Step: g.step, Err: err})
+		fallbacks = append(fallbacks, Fallback{Step: g.step, WorldSize: g.worldSize, Line: g.line(), Err: err})
 	}
 	if len(fallbacks) == 0 {
 		return &RestoreResult{Rank: rank}, fmt.Errorf("checkpoint: restore rank %d from %s: %w", rank, s, ErrNoCheckpoint)

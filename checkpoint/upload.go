@@ -557,7 +557,7 @@ func (run *uploadRun) manifest() *Manifest {
 	t := run.target
 	m := &Manifest{
 		Format: FormatVersion, ID: newID(), Step: t.Step, Rank: t.Rank, WorldSize: t.WorldSize,
-		Counter: t.Counter, Generation: t.Generation, Created: run.start.UTC(), Producer: cmp.Or(run.u.Producer, "lifeboat"), ChunkSize: int64(run.chunkSize),
+		Counter: t.Counter, Generation: t.Generation, Line: t.Line, Created: run.start.UTC(), Producer: cmp.Or(run.u.Producer, "lifeboat"), ChunkSize: int64(run.chunkSize),
 	}
 	run.res.Files = len(run.files)
 	for i, f := range run.files {
