@@ -63,11 +63,11 @@ type Manifest struct {
 	// wrote it continued that line (it restored a checkpoint of it) or
 	// started it (a fresh start). Empty in manifests written before lines
 	// existed: those are the legacy line (docs/FORMAT.md).
-	Line    string    `json:"line,omitempty"`
-	Created time.Time `json:"created"` // when the upload started, by the uploader's clock
-	Producer   string    `json:"producer"`   // "lifeboat <version>"
-	ChunkSize  int64     `json:"chunk_size"` // the uploader's chunk size; informative
-	Files      []File    `json:"files"`      // sorted by Path, no duplicates
+	Line      string    `json:"line,omitempty"`
+	Created   time.Time `json:"created"`    // when the upload started, by the uploader's clock
+	Producer  string    `json:"producer"`   // "lifeboat <version>"
+	ChunkSize int64     `json:"chunk_size"` // the uploader's chunk size; informative
+	Files     []File    `json:"files"`      // sorted by Path, no duplicates
 }
 
 // File is one regular file of a snapshot.

@@ -54,10 +54,10 @@ type Snapshot struct {
 	Committed time.Time
 	// Line is the step's line of work (its rank 0's manifest's); empty for
 	// the legacy line.
-	Line       string
-	Bytes      int64     // file bytes of all ranks
-	Revision   int       // highest revision of the ranks
-	Counter    bool      // a rank's manifest is a counter checkpoint's
+	Line     string
+	Bytes    int64 // file bytes of all ranks
+	Revision int   // highest revision of the ranks
+	Counter  bool  // a rank's manifest is a counter checkpoint's
 	// ChunksChecked: the chunks were listed (ListChecked), and
 	// MissingChunks and WrongSizeChunks count, over the ranks' manifests,
 	// the distinct chunks the store lacks or holds with another size than
