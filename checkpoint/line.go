@@ -226,20 +226,22 @@ type LineScope struct {
 // a fresh start, starts a new one (NewLine). The steps res fell back past
 // are its Skip.
 func Continue(res *RestoreResult, worldSize int) LineScope {
-	sc := LineScope{WorldSize: worldSize}
 	if res == nil || res.Manifest == nil {
-		sc.Line = NewLine()
-		if res != nil {
-			sc.Skip = skipped(res.Fallbacks)
-		}
-		return sc
+		return ContinueFrom(nil, worldSize, nil)
 	}
-	sc.Line = res.Line
-	if sc.Line == LegacyLine {
+	return ContinueFrom(&StepRef{Line: res.Line, Step: res.Step, WorldSize: res.Manifest.WorldSize}, worldSize, skipped(res.Fallbacks))
+}
+
+// ContinueFrom returns the scope of a run of worldSize that resumes from
+// (nil: a fresh start), with the steps it could not restore: from's line,
+// or a new line when from is nil or of the legacy line.
+func ContinueFrom(from *StepRef, worldSize int, skip []StepRef) LineScope {
+	sc := LineScope{WorldSize: worldSize, From: from, Skip: skip}
+	if from != nil && from.Line != LegacyLine {
+		sc.Line = from.Line
+	} else {
 		sc.Line = NewLine()
 	}
-	sc.From = &StepRef{Line: res.Line, Step: res.Step, WorldSize: res.Manifest.WorldSize}
-	sc.Skip = skipped(res.Fallbacks)
 	return sc
 }
 
