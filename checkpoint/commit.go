@@ -24,8 +24,9 @@ type committed struct {
 
 // commit writes m, create-only, as the next revision of its step and rank:
 // revision 0 when the step and rank have none, one more than the highest
-// otherwise. When a revision with the same files is committed already,
-// that one stands and nothing is written. When another writer creates the
+// otherwise. When the highest revision holds the same files, that one
+// stands and nothing is written; files equal to a lower revision's only
+// are committed as the next revision. When another writer creates the
 // revision first, commit lists again and takes the next number.
 func (u *Uploader) commit(ctx context.Context, m *Manifest) (committed, error) {
 	prefix := rankPrefix(m.target())
@@ -39,22 +40,25 @@ func (u *Uploader) commit(ctx context.Context, m *Manifest) (committed, error) {
 		if len(revs) > 0 {
 			next = revs[len(revs)-1].revision + 1
 		}
-		for _, rk := range slices.Backward(revs) {
-			if differ[rk.info.Key] {
-				continue
-			}
-			old, err := readManifest(ctx, u.Store, rk.info.Key)
+		// Only the highest revision (the rank's snapshot) makes the same
+		// files already committed: files equal to an older revision's are
+		// the trainer going back to them (a rollback after a divergence),
+		// and must become the newest again. A highest revision of this
+		// upload's own id is its own Put, retried after the answer was
+		// lost.
+		if len(revs) > 0 && !differ[revs[len(revs)-1].info.Key] {
+			key := revs[len(revs)-1].info.Key
+			old, err := readManifest(ctx, u.Store, key)
 			switch {
 			case errors.Is(err, storage.ErrNotExist) || errors.Is(err, ErrCorrupt):
 				// Pruned since the listing, or unreadable: not these files.
 			case err != nil:
 				return committed{}, err
-			case slices.EqualFunc(old.Files, m.Files, equalFile) && old.Generation == m.Generation && old.Counter == m.Counter && old.Line == m.Line:
-				// old.ID == m.ID: this upload's own Put, retried after
-				// its answer was lost.
-				return committed{key: rk.info.Key, manifest: old, already: old.ID != m.ID}, nil
+			case old.ID == m.ID || slices.EqualFunc(old.Files, m.Files, equalFile) &&
+				old.Generation == m.Generation && old.Counter == m.Counter && old.Line == m.Line:
+				return committed{key: key, manifest: old, already: old.ID != m.ID}, nil
 			}
-			differ[rk.info.Key] = true
+			differ[key] = true
 		}
 		if next > MaxRevision {
 			return committed{}, fmt.Errorf("checkpoint: commit step %d rank %d: it has %d revisions already, the most there can be", m.Step, m.Rank, MaxRevision+1)
