@@ -240,3 +240,18 @@ func TestPrunedStepNotCommittedAgain(t *testing.T) {
 		t.Errorf("the next restore: exit %d\n%s\nwant step 300", code, out)
 	}
 }
+
+// TestWorldSizeWithoutRank (issue 36 row 10): --world-size 2 with no rank
+// from any source is bad input: exit 2 naming what to set, nothing run.
+// On the code before, the pod ran quietly as rank 0, and a second pod so
+// started stored its checkpoints as revisions of the first's.
+func TestWorldSizeWithoutRank(t *testing.T) {
+	dir := t.TempDir()
+	code, out := runLifeboat(t, nil, "run", "--store", "file://"+filepath.Join(t.TempDir(), "store"), "--dir", dir, "--world-size", "2", "--", "touch", filepath.Join(dir, "ran"))
+	if code != 2 || !strings.Contains(out, "world size 2 (from --world-size) but no rank") || !strings.Contains(out, "--rank (LIFEBOAT_RANK)") {
+		t.Errorf("exit %d, want 2 naming --rank\n%s", code, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
+		t.Errorf("the trainer ran")
+	}
+}
