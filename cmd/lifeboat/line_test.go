@@ -255,3 +255,38 @@ func TestWorldSizeWithoutRank(t *testing.T) {
 		t.Errorf("the trainer ran")
 	}
 }
+
+// TestCounterNumberedInItsOwnLine (issue 36 row 8): the store holds rank
+// 1's manifest of step 5000 of an old 2-rank run (incomplete). A 1-rank
+// run saves step-000030/, then backup/latest.bin: the counter checkpoint
+// is a revision of step 30, the newest complete step of its own line and
+// world size, and the next restore gives it as step 30. On the code
+// before, it was filed as step 5000 (the highest step in the listing, of
+// any world size, complete or not) and the next pod was told 5000.
+func TestCounterNumberedInItsOwnLine(t *testing.T) {
+	url := "file://" + filepath.Join(t.TempDir(), "store")
+	old := startEnv(t, "plain", nil, append(wsFlags(url, 1, 2, t.TempDir()), "--", "sh", "-c",
+		`mkdir -p "$LIFEBOAT_DIR/step-005000" && echo old > "$LIFEBOAT_DIR/step-005000/shard-1.bin"`)...)
+	waitExit(t, old, 0)
+	goDir := t.TempDir()
+	p := startEnv(t, "plain", nil, append(wsFlags(url, 0, 1, t.TempDir()), "--", "sh", "-c", `set -e
+mkdir -p "$LIFEBOAT_DIR/step-000030" "$LIFEBOAT_DIR/backup"
+echo 30 > "$LIFEBOAT_DIR/step-000030/model.bin"
+n=0; while [ ! -e "$0/1" ]; do sleep 0.05; n=$((n+1)); [ $n -lt 2400 ] || exit 1; done
+echo 35 > "$LIFEBOAT_DIR/backup/latest.bin"`, goDir)...)
+	waitStored(t, nil, url, 30, 1, true, p)
+	release(t, goDir, 1)
+	waitExit(t, p, 0)
+	if got := storedSteps(t, nil, url); !slices.Equal(got, []string{"30/1", "5000/2"}) {
+		t.Errorf("store holds %v, want 30 (with the counter revision) and the old rank's 5000\n%s", got, tail(p.stderr.String()))
+	}
+	e, ok := lsStep(lsJSON(t, nil, url), 30, 1)
+	if !ok || e.Revision != 1 || !e.Counter {
+		t.Errorf("step 30: %+v; want revision 1, a counter checkpoint", e)
+	}
+	dir := t.TempDir()
+	code, out := runLifeboat(t, nil, "restore", "--store", url, "--dir", dir, "--world-size", "1")
+	if b, _ := os.ReadFile(filepath.Join(dir, "backup", "latest.bin")); code != 0 || !strings.Contains(out, "restored step 30 ") || string(b) != "35\n" {
+		t.Errorf("the next restore: exit %d, backup/latest.bin %q\n%s\nwant step 30 holding iteration 35", code, b, out)
+	}
+}
