@@ -290,3 +290,28 @@ echo 35 > "$LIFEBOAT_DIR/backup/latest.bin"`, goDir)...)
 		t.Errorf("the next restore: exit %d, backup/latest.bin %q\n%s\nwant step 30 holding iteration 35", code, b, out)
 	}
 }
+
+// TestFreshStartOverProgressIsLoud: the store holds a complete step; a run
+// with --restore never (and no resume file) starts fresh beside it: one
+// WARN names the step and its line, and lifeboat_fresh_start_over_progress
+// is 1 while the trainer runs. On the code before, nothing was said.
+func TestFreshStartOverProgressIsLoud(t *testing.T) {
+	url := "file://" + filepath.Join(t.TempDir(), "store")
+	saveOne(t, nil, url, t.TempDir(), 100, 1000)
+	addr, goDir := freeAddr(t), t.TempDir()
+	p := startEnv(t, "plain", nil, append(wsFlags(url, 0, 1, t.TempDir(), "--restore", "never", "--metrics-addr", addr), "--", "sh", "-c",
+		`n=0; while [ ! -e "$0/1" ]; do sleep 0.05; n=$((n+1)); [ $n -lt 2400 ] || exit 1; done`, goDir)...)
+	deadline := time.Now().Add(hangLimit)
+	for scrape(t, addr, "lifeboat_fresh_start_over_progress") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("lifeboat_fresh_start_over_progress never 1; stderr:\n%s", tail(p.stderr.String()))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	release(t, goDir, 1)
+	waitExit(t, p, 0)
+	warn := logLines(p.stderr.String(), "resume.fresh_start")
+	if len(warn) != 1 || warn[0]["level"] != "WARN" || !regexp.MustCompile(`complete step 100 of this world size \(line [0-9a-f]{16}\)`).MatchString(fmt.Sprint(warn[0]["reason"])) {
+		t.Errorf("resume.fresh_start lines %v; want one WARN naming step 100 and its line", warn)
+	}
+}

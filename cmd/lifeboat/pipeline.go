@@ -168,6 +168,9 @@ type pipeline struct {
 	// container) or "none"; resumeSeconds how long the restore took.
 	resumeSource  string
 	resumeSeconds float64
+	// freshOverProgress: the trainer starts from scratch although the
+	// store holds a complete checkpoint (lifeboat_fresh_start_over_progress).
+	freshOverProgress bool
 	retries       atomic.Int64 // store calls retried after a transient failure (storeOptions.onRetry)
 }
 
@@ -295,7 +298,14 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 			from = &checkpoint.StepRef{Line: p.resume.Line, Step: p.resume.Step, WorldSize: ro.worldSize}
 		}
 		line = checkpoint.ContinueFrom(from, ro.worldSize, nil)
+		if n := checkpoint.Newest(snaps, ro.worldSize); p.resume == nil && n != nil && !co.sidecar {
+			log.Warn("resume.fresh_start", "store", s.String(),
+				"reason", fmt.Sprintf("--restore never and no resume file from lifeboat restore, although the store holds complete step %d of this world size (line %s)", n.Step, checkpoint.ShortLine(n.Line)),
+				"hint", "the trainer starts a new line of work beside it; set --restore auto to resume it; lifeboat ls shows the lines")
+		}
 	}
+	// A fresh start beside complete steps in the store stays visible.
+	p.freshOverProgress = p.resume == nil && checkpoint.Newest(snaps, 0) != nil
 	// An unnumbered checkpoint is numbered with the newest step of the
 	// line it continues (complete steps of its world size only), or the
 	// newest named step on disk, and stored as a new revision of it.
