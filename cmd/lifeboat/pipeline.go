@@ -171,7 +171,7 @@ type pipeline struct {
 	// freshOverProgress: the trainer starts from scratch although the
 	// store holds a complete checkpoint (lifeboat_fresh_start_over_progress).
 	freshOverProgress bool
-	retries       atomic.Int64 // store calls retried after a transient failure (storeOptions.onRetry)
+	retries           atomic.Int64 // store calls retried after a transient failure (storeOptions.onRetry)
 }
 
 // beforeRestart runs between a trainer crash and its restart: it commits
