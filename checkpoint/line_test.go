@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -205,5 +206,45 @@ func TestLinePruneSupersedesLegacy(t *testing.T) {
 	all, _ := stepsOf(snaps, 1)
 	if !slices.Equal(all, []int64{310, 320, 330, 400}) {
 		t.Errorf("store holds steps %v, want 310, 320, 330 and legacy 400", all)
+	}
+}
+
+// TestLinePruneDuringRestore: a pod restores line A's newest step while a
+// pod of line B (a fresh start beside it) commits and prunes with Keep 1,
+// at the moment the restore has read the manifest and fetches its first
+// chunk. The prune deletes nothing of line A (on the code before, the
+// newer line B's prune deleted A's step, and its chunks once old enough),
+// and the restore completes.
+func TestLinePruneDuringRestore(t *testing.T) {
+	defer verifyNone(t)
+	ctx := context.Background()
+	clock := newFakeClock()
+	inner := mem.New(mem.WithClock(clock.Now))
+	u := newUploader(inner, clock)
+	const a = "aaaaaaaaaaaaaaaa"
+	want := sampleTree(5)
+	uploadTarget(t, u, Target{Step: 500, WorldSize: 1, Line: a}, want)
+	clock.Advance(7 * time.Hour) // A's chunks are older than the window
+	scopeB := Continue(nil, 1)
+	var pruned *PruneResult
+	f := &mem.FaultStore{Inner: inner}
+	f.OnGet = func(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+		if strings.HasPrefix(key, "chunks/") && pruned == nil {
+			uploadTarget(t, u, Target{Step: 10, WorldSize: 1, Line: scopeB.Line}, rankTree(0, 10))
+			var err error
+			if pruned, err = Prune(ctx, inner, PruneOptions{Keep: 1, Clock: clock.Now, Line: &scopeB}); err != nil {
+				t.Errorf("Prune: %v", err)
+			}
+		}
+		return inner.Get(ctx, key, offset, length)
+	}
+	dir := t.TempDir()
+	res, err := RestoreLatest(ctx, retried(f), 0, dir, RestoreOptions{WorldSize: 1})
+	if err != nil || res.Step != 500 || res.Line != a {
+		t.Fatalf("RestoreLatest = %+v, %v; want line A's step 500", res, err)
+	}
+	checkTree(t, dir, want)
+	if pruned == nil || len(pruned.DeletedSteps) != 0 || pruned.DeletedChunks != 0 {
+		t.Errorf("line B's prune during the restore: %+v; want nothing deleted", pruned)
 	}
 }
