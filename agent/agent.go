@@ -451,6 +451,9 @@ func (a *Agent) upload(ctx context.Context, r watch.Ready, p pass) error {
 	if err != nil {
 		return err
 	}
+	if res.Late {
+		return nil // another pod of this rank committed newer work; the uploader said so
+	}
 	el := a.cfg.Clock().Sub(t0)
 	a.mu.Lock()
 	a.stats.UploadedBytes += res.UploadedBytes

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/lifeboat-project/lifeboat/storage"
 )
@@ -20,6 +21,8 @@ type committed struct {
 	key      string
 	manifest *Manifest // the manifest at key
 	already  bool      // another upload had committed the same files
+	late     bool      // another writer committed key after this upload began: nothing written
+	at       time.Time // with late: when key was stored
 }
 
 // commit writes m, create-only, as the next revision of its step and rank:
@@ -57,6 +60,12 @@ func (u *Uploader) commit(ctx context.Context, m *Manifest) (committed, error) {
 			case old.ID == m.ID || slices.EqualFunc(old.Files, m.Files, equalFile) &&
 				old.Generation == m.Generation && old.Counter == m.Counter && old.Line == m.Line:
 				return committed{key: key, manifest: old, already: old.ID != m.ID}, nil
+			case old.Line == m.Line && lateAfter(revs[len(revs)-1].info, old).After(m.Created.Add(ClockAllowance)):
+				// Committed by another writer of this rank while this
+				// upload ran (one uploader commits one upload at a
+				// time): a replacement pod's newer work. This upload's
+				// files must not become the newest.
+				return committed{key: key, manifest: old, late: true, at: lateAfter(revs[len(revs)-1].info, old)}, nil
 			}
 			differ[key] = true
 		}
@@ -79,6 +88,15 @@ func (u *Uploader) commit(ctx context.Context, m *Manifest) (committed, error) {
 		return committed{key: key, manifest: m}, nil
 	}
 	return committed{}, fmt.Errorf("checkpoint: commit step %d rank %d: other writers took the next revision %d times in a row; upload again", m.Step, m.Rank, maxCommitTries)
+}
+
+// lateAfter is when the revision old, listed as oi, was stored: the
+// store's time of it, or its created time where the store keeps none.
+func lateAfter(oi storage.ObjectInfo, old *Manifest) time.Time {
+	if !oi.ModTime.IsZero() {
+		return oi.ModTime
+	}
+	return old.Created
 }
 
 // listRevisions lists the manifest keys under prefix (a rankPrefix), by

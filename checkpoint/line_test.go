@@ -248,3 +248,50 @@ func TestLinePruneDuringRestore(t *testing.T) {
 		t.Errorf("line B's prune during the restore: %+v; want nothing deleted", pruned)
 	}
 }
+
+// TestLateCommitNotNewest (issue 36 row 7): two pods of one job overlap.
+// The preempted pod A began its final upload of step 50 at T; its
+// replacement B restored 40 and committed 45 and 50 (T+5m, T+10m). A's
+// upload commits afterwards: it is not stored as a revision over B's
+// (checkpoint.late_commit), the newest stays B's step 50, and B's prune
+// with Keep 1 keeps it. On the code before, A's files became revision 1
+// of step 50, the newest, and B's work was gone.
+func TestLateCommitNotNewest(t *testing.T) {
+	defer verifyNone(t)
+	ctx := context.Background()
+	clock := newFakeClock()
+	s := mem.New(mem.WithClock(clock.Now))
+	const line = "0123456789abcdef"
+	b := newUploader(s, clock)
+	uploadTarget(t, b, Target{Step: 40, WorldSize: 1, Line: line}, rankTree(0, 40))
+	clock.Advance(time.Hour)
+	startA := newFakeClock()
+	startA.now = clock.Now() // A's upload starts now, and its clock agrees
+	aDir := t.TempDir()
+	writeTree(t, aDir, tree{"shard-0.bin": []byte("pod A's step 50")})
+	clock.Advance(5 * time.Minute)
+	uploadTarget(t, b, Target{Step: 45, WorldSize: 1, Line: line}, rankTree(0, 45))
+	clock.Advance(5 * time.Minute)
+	bTree := tree{"shard-0.bin": []byte("pod B's step 50")}
+	uploadTarget(t, b, Target{Step: 50, WorldSize: 1, Line: line}, bTree)
+	clock.Advance(time.Minute)
+	var logs bytes.Buffer
+	a := newUploader(s, startA)
+	a.Log = slog.New(slog.NewJSONHandler(&logs, nil))
+	res, err := a.Upload(ctx, aDir, Target{Step: 50, WorldSize: 1, Line: line})
+	if err != nil || !res.Late || res.Revision != 0 {
+		t.Fatalf("pod A's late upload = %+v, %v; want Late, B's revision 0 standing", res, err)
+	}
+	if !strings.Contains(logs.String(), `"msg":"checkpoint.late_commit"`) {
+		t.Errorf("no checkpoint.late_commit logged:\n%s", logs.String())
+	}
+	out := t.TempDir()
+	if r, err := RestoreLatest(ctx, s, 0, out, RestoreOptions{WorldSize: 1}); err != nil || r.Step != 50 || r.Revision != 0 {
+		t.Fatalf("RestoreLatest = %+v, %v; want B's step 50", r, err)
+	}
+	checkTree(t, out, bTree)
+	sc := LineScope{Line: line, WorldSize: 1}
+	if pr, err := Prune(ctx, s, PruneOptions{Keep: 1, Clock: clock.Now, Line: &sc}); err != nil || !slices.Equal(pr.Kept, []int64{50}) {
+		t.Errorf("B's prune = %+v, %v; want step 50 kept", pr, err)
+	}
+}
