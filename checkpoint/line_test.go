@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -226,15 +227,23 @@ func TestLinePruneDuringRestore(t *testing.T) {
 	uploadTarget(t, u, Target{Step: 500, WorldSize: 1, Line: a}, want)
 	clock.Advance(7 * time.Hour) // A's chunks are older than the window
 	scopeB := Continue(nil, 1)
+	bDir := t.TempDir()
+	writeTree(t, bDir, rankTree(0, 10))
 	var pruned *PruneResult
+	var once sync.Once // the chunks are fetched by several workers at once
 	f := &mem.FaultStore{Inner: inner}
 	f.OnGet = func(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
-		if strings.HasPrefix(key, "chunks/") && pruned == nil {
-			uploadTarget(t, u, Target{Step: 10, WorldSize: 1, Line: scopeB.Line}, rankTree(0, 10))
-			var err error
-			if pruned, err = Prune(ctx, inner, PruneOptions{Keep: 1, Clock: clock.Now, Line: &scopeB}); err != nil {
-				t.Errorf("Prune: %v", err)
-			}
+		if strings.HasPrefix(key, "chunks/") {
+			once.Do(func() {
+				// Not uploadTarget: t.Fatal must not run on a worker.
+				if _, err := u.Upload(ctx, bDir, Target{Step: 10, WorldSize: 1, Line: scopeB.Line}); err != nil {
+					t.Errorf("line B's upload: %v", err)
+				}
+				var err error
+				if pruned, err = Prune(ctx, inner, PruneOptions{Keep: 1, Clock: clock.Now, Line: &scopeB}); err != nil {
+					t.Errorf("Prune: %v", err)
+				}
+			})
 		}
 		return inner.Get(ctx, key, offset, length)
 	}
