@@ -4,7 +4,10 @@
 //
 // Rules (docs/FORMAT.md has the storage side):
 //   - Newest wins. When several checkpoints are complete at once, only the
-//     newest is uploaded; the older ones are marked superseded.
+//     newest is uploaded; the older ones are marked superseded. A named
+//     step is never superseded by a counter checkpoint of the same moment
+//     (see Agent.newest).
+//   - After a restore only new work is uploaded (see Agent.Restored).
 //   - An upload in flight is finished, not cancelled, when a newer
 //     checkpoint appears during training: its chunks are mostly what the
 //     next one needs anyway, and cancelling could starve uploads when
@@ -40,10 +43,15 @@ type Config struct {
 	WorldSize int
 	// Interval between scans. Default 2s.
 	Interval time.Duration
-	// Keep prunes the store to the newest Keep complete steps after each
-	// commit, on rank 0 only, with the Uploader's SafetyWindow (so that
-	// the two match). 0 never prunes.
+	// Keep prunes the store to the newest Keep complete steps of the
+	// run's line of work after each commit, on rank 0 only, with the
+	// Uploader's SafetyWindow (so that the two match): only what the line
+	// superseded (checkpoint.LineScope). 0 never prunes.
 	Keep int
+	// Line is the run's line of work: written into every manifest, and
+	// what the prune may delete. SetLine changes it (a restart that
+	// restored another line's checkpoint).
+	Line checkpoint.LineScope
 	// AssumedThroughput is used for the grace reserve until an upload has
 	// been measured, in bytes per second. Default 50 MB/s.
 	AssumedThroughput float64
@@ -88,6 +96,13 @@ type Agent struct {
 	mu       sync.Mutex
 	stats    Stats
 	restored map[string]fileState // restored files as found on disk after the restore
+	// restoredAt is when the last restore into the directory began: a
+	// checkpoint there that has not changed since is not new work.
+	restoredAt time.Time
+	line       checkpoint.LineScope
+	// counterNext: the last pick chose a named step over a newer counter
+	// checkpoint, which the next pick returns (Run's goroutine only).
+	counterNext bool
 	// deaths and openAtKill are what the supervisor reported (interrupt.go).
 	deaths     []Death
 	openAtKill map[string]time.Time
@@ -129,15 +144,34 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Settle = watch.DefaultSettle
 	}
 	return &Agent{cfg: cfg, flushCh: make(chan flushReq), running: make(chan struct{}), stopped: make(chan struct{}),
-		stats: Stats{LastStep: -1, RestoredStep: -1, InFlightStep: -1}}, nil
+		stats: Stats{LastStep: -1, RestoredStep: -1, InFlightStep: -1}, line: cfg.Line}, nil
+}
+
+// SetLine makes sc the run's line of work from the next upload on.
+func (a *Agent) SetLine(sc checkpoint.LineScope) {
+	a.mu.Lock()
+	a.line = sc
+	a.mu.Unlock()
+}
+
+// Line is the run's line of work.
+func (a *Agent) Line() checkpoint.LineScope {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.line
 }
 
 // Restored tells the agent which checkpoint was restored into the
-// directory before the trainer started: its step and its files' paths
-// (relative to the directory). The restored files, as they are on disk now
-// (size and modification time), are not uploaded again while unchanged;
-// the trainer rewriting one makes it a new checkpoint.
-func (a *Agent) Restored(step int64, paths []string) {
+// directory before the trainer started: its step, its files' paths
+// (relative to the directory) and when the restore began. The restored
+// files, as they are on disk now (size and modification time), are not
+// uploaded again while unchanged; the trainer rewriting one makes it a new
+// checkpoint. After a restore only new work is uploaded: a checkpoint in
+// the directory whose files all last changed before the restore began (an
+// earlier run's, one the prune deleted from the store long ago, another
+// experiment's on a reused volume) is stale, logged once
+// (checkpoint.stale) and never committed unless it changes.
+func (a *Agent) Restored(step int64, paths []string, at time.Time) {
 	seen := map[string]fileState{}
 	for _, p := range paths {
 		fi, err := os.Stat(filepath.Join(a.cfg.Dir, filepath.FromSlash(p)))
@@ -148,6 +182,7 @@ func (a *Agent) Restored(step int64, paths []string) {
 	}
 	a.mu.Lock()
 	a.restored = seen
+	a.restoredAt = at
 	a.stats.RestoredStep = step
 	a.stats.LastStep = step
 	a.mu.Unlock()
@@ -266,12 +301,20 @@ func (a *Agent) pick(p pass) (newest watch.Ready, older []watch.Ready, ok bool) 
 		return watch.Ready{}, nil, false
 	}
 	a.mu.Lock()
-	restored := a.restored
+	restored, restoredAt := a.restored, a.restoredAt
 	a.mu.Unlock()
 	var out []watch.Ready
 	for _, r := range ready {
 		if isRestored(r, restored) {
 			a.cfg.Watcher.Done(r)
+			continue
+		}
+		if !restoredAt.IsZero() && r.LastChange().Before(restoredAt) {
+			a.cfg.Watcher.Done(r)
+			a.cfg.Log.Info("checkpoint.stale", "id", r.ID, "step", r.Step, "changed", r.LastChange().UTC().Format(time.RFC3339Nano),
+				"restored_at", restoredAt.UTC().Format(time.RFC3339Nano), "restored_step", a.Stats().RestoredStep,
+				"reason", "it has not changed since before the restore: not new work",
+				"effect", "never committed unless its files change")
 			continue
 		}
 		if file, d, why := a.interruption(r); why != "" {
@@ -283,12 +326,46 @@ func (a *Agent) pick(p pass) (newest watch.Ready, older []watch.Ready, ok bool) 
 	if len(out) == 0 {
 		return watch.Ready{}, nil, false
 	}
-	newest = out[len(out)-1]
+	newest, older = a.newest(out)
 	a.cfg.Watcher.Number(&newest)
 	a.mu.Lock()
 	a.stats.LastBytes = newest.Bytes()
 	a.mu.Unlock()
-	return newest, out[:len(out)-1], true
+	return newest, older, true
+}
+
+// newest chooses, among complete checkpoints (as Scan orders them: named
+// ones by ascending step, counter ones last), the one to commit now and
+// those it supersedes. A named step is never superseded by a counter
+// checkpoint of the same moment: when both are complete, the named one is
+// committed. A counter checkpoint that last changed no later than the
+// settle time after the newest named one is that save's copy (a trainer
+// that refreshes backup/latest at each numbered save) or older (written
+// before the named step): it is superseded. One that changed later is
+// newer work: it stays, and the next pick commits it as a revision of the
+// named step (a.counterNext says so to the final flush).
+func (a *Agent) newest(out []watch.Ready) (watch.Ready, []watch.Ready) {
+	last := out[len(out)-1]
+	i := len(out) - 1
+	for i >= 0 && out[i].Counter {
+		i--
+	}
+	a.counterNext = false
+	if !last.Counter || i < 0 {
+		return last, out[:len(out)-1]
+	}
+	named := out[i]
+	var older []watch.Ready
+	for j, r := range out {
+		switch {
+		case j == i:
+		case !r.Counter, !r.LastChange().After(named.LastChange().Add(a.cfg.Settle)):
+			older = append(older, r)
+		default:
+			a.counterNext = true
+		}
+	}
+	return named, older
 }
 
 // supersede marks the checkpoints that r's commit made obsolete.
@@ -373,9 +450,13 @@ func (a *Agent) upload(ctx context.Context, r watch.Ready, p pass) error {
 	if p == final {
 		up = a.cfg.Uploader.FinalUploadFiles
 	}
-	res, err := up(ctx, a.cfg.Dir, relPaths(r), checkpoint.Target{Step: r.Step, Rank: a.cfg.Rank, WorldSize: a.cfg.WorldSize, Counter: r.Counter})
+	line := a.Line()
+	res, err := up(ctx, a.cfg.Dir, relPaths(r), checkpoint.Target{Step: r.Step, Rank: a.cfg.Rank, WorldSize: a.cfg.WorldSize, Counter: r.Counter, Line: line.Line})
 	if err != nil {
 		return err
+	}
+	if res.Late {
+		return nil // another pod of this rank committed newer work; the uploader said so
 	}
 	el := a.cfg.Clock().Sub(t0)
 	a.mu.Lock()
@@ -396,7 +477,7 @@ func (a *Agent) upload(ctx context.Context, r watch.Ready, p pass) error {
 	a.emit(Event{Kind: EventCommitted, Step: r.Step, Bytes: res.Bytes, Seconds: el.Seconds(), Saved: r.LastChange(), Final: p == final})
 	if p == background && a.cfg.Keep > 0 && a.cfg.Rank == 0 {
 		_, err := checkpoint.Prune(ctx, a.cfg.Uploader.Store, checkpoint.PruneOptions{
-			Keep: a.cfg.Keep, SafetyWindow: a.cfg.Uploader.SafetyWindow, Log: a.cfg.Log})
+			Keep: a.cfg.Keep, SafetyWindow: a.cfg.Uploader.SafetyWindow, Log: a.cfg.Log, Line: &line})
 		if err != nil {
 			a.cfg.Log.Warn("checkpoint.prune_failed", "err", err)
 		}
@@ -516,7 +597,17 @@ func (a *Agent) flush(ctx context.Context, inflight *job) error {
 	}
 	for changed := 0; ok; {
 		err := a.upload(ctx, r, final)
+		next := a.counterNext
 		a.finished(r, older, err)
+		if err == nil && next && ctx.Err() == nil {
+			// The named step is committed; the newer counter checkpoint
+			// follows as its revision.
+			a.logFlush(t0, r)
+			if r, older, ok = a.pick(final); !ok {
+				return nil
+			}
+			continue
+		}
 		if err == nil {
 			a.logFlush(t0, r)
 			return nil

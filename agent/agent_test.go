@@ -261,7 +261,7 @@ func TestRestoredIsNotUploadedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := setup(t, dir, s, time.Millisecond, 10*time.Millisecond)
-	a.Restored(res.Step, manifestPaths(res.Manifest))
+	a.Restored(res.Step, manifestPaths(res.Manifest), time.Time{})
 	stop := run(t, a)
 	if err := a.Flush(context.Background()); err != nil {
 		t.Fatal(err)
@@ -318,7 +318,7 @@ func TestRestoredInPlaceBackup(t *testing.T) {
 	w, _ := watch.New(watch.Config{Dir: dir, Settle: time.Millisecond})
 	w.SetLastStep(res.Step)
 	a, _ := New(Config{Dir: dir, Watcher: w, Uploader: u, WorldSize: 1, Interval: 5 * time.Millisecond})
-	a.Restored(res.Step, manifestPaths(res.Manifest))
+	a.Restored(res.Step, manifestPaths(res.Manifest), time.Time{})
 	stop := run(t, a)
 	defer stop()
 	time.Sleep(100 * time.Millisecond) // several scans: none may upload

@@ -93,7 +93,7 @@ func TestNotifyInterruptedAndRestored(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	dir := t.TempDir()
 	a, _ := interruptAgent(t, dir, &bytes.Buffer{})
-	a.Restored(5, nil) // before Notify: the caller reports the start's restore itself
+	a.Restored(5, nil, time.Time{}) // before Notify: the caller reports the start's restore itself
 	rec := &recorder{}
 	a.Notify(rec.add)
 	writeFile(t, filepath.Join(dir, "step-200", "model.bin"), 10<<10, 2)
@@ -106,7 +106,7 @@ func TestNotifyInterruptedAndRestored(t *testing.T) {
 	if len(in) != 1 || in[0].Step != 200 || in[0].Path != "step-200/model.bin" || in[0].Why == "" {
 		t.Errorf("interrupted events %+v, want one for step-200/model.bin with why", in)
 	}
-	a.Restored(7, nil)
+	a.Restored(7, nil, time.Time{})
 	if r := rec.of(EventRestored); len(r) != 1 || r[0].Step != 7 {
 		t.Errorf("restored events %+v, want only step 7's", r)
 	}

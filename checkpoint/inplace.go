@@ -350,7 +350,7 @@ func FinishInterrupted(dir string) (*RestoreResult, error) {
 	} else if m, err = DecodeManifest(rec.Manifest); err != nil {
 		return fail(errors.Join(err, removeRecord(root)))
 	}
-	res := &RestoreResult{Step: m.Step, Rank: rec.Rank, Revision: m.Revision, Manifest: m, Ranks: ranks,
+	res := &RestoreResult{Step: m.Step, Rank: rec.Rank, Line: m.Line, Revision: m.Revision, Manifest: m, Ranks: ranks,
 		Dir: joinDir(dir, rec.Sub), Files: len(m.Files), Bytes: m.Bytes(), Aside: rec.Aside, MovedAside: rec.Strays}
 	files := m.Files
 	if rec.Whole {

@@ -58,11 +58,16 @@ type Manifest struct {
 	// (Target.Generation); empty when there was none. A multi-rank step
 	// whose ranks include a counter checkpoint is complete only when all
 	// its ranks carry the same non-empty generation (docs/FORMAT.md).
-	Generation string    `json:"generation,omitempty"`
-	Created    time.Time `json:"created"`    // when the upload started
-	Producer   string    `json:"producer"`   // "lifeboat <version>"
-	ChunkSize  int64     `json:"chunk_size"` // the uploader's chunk size; informative
-	Files      []File    `json:"files"`      // sorted by Path, no duplicates
+	Generation string `json:"generation,omitempty"`
+	// Line names the line of work the snapshot belongs to: the run that
+	// wrote it continued that line (it restored a checkpoint of it) or
+	// started it (a fresh start). Empty in manifests written before lines
+	// existed: those are the legacy line (docs/FORMAT.md).
+	Line      string    `json:"line,omitempty"`
+	Created   time.Time `json:"created"`    // when the upload started, by the uploader's clock
+	Producer  string    `json:"producer"`   // "lifeboat <version>"
+	ChunkSize int64     `json:"chunk_size"` // the uploader's chunk size; informative
+	Files     []File    `json:"files"`      // sorted by Path, no duplicates
 }
 
 // File is one regular file of a snapshot.
@@ -93,7 +98,7 @@ func (m *Manifest) Bytes() int64 {
 
 // target is the Target m was committed as.
 func (m *Manifest) target() Target {
-	return Target{Step: m.Step, Rank: m.Rank, WorldSize: m.WorldSize, Counter: m.Counter, Generation: m.Generation}
+	return Target{Step: m.Step, Rank: m.Rank, WorldSize: m.WorldSize, Counter: m.Counter, Generation: m.Generation, Line: m.Line}
 }
 
 // Encode validates m and returns its JSON encoding.
@@ -178,6 +183,9 @@ func (m *Manifest) validate() error {
 		return fmt.Errorf("revision %d outside 0..%d", m.Revision, MaxRevision)
 	}
 	if err := checkGeneration(m.Generation); err != nil {
+		return err
+	}
+	if err := CheckLine(m.Line); err != nil {
 		return err
 	}
 	if m.Created.IsZero() {

@@ -15,14 +15,19 @@ import (
 type PruneOptions struct {
 	// Keep is how many of the newest restorable steps to keep (at least
 	// 1): complete, every rank's manifest decodes, and every chunk they
-	// name is stored with the size they say. Newest means committed last
-	// (the newest Created of a step's ranks), of any world size, whatever
-	// the step number: a run started afresh commits lower steps than the
-	// run before it, and they are the newer work. A step newer than the
+	// name is stored with the size they say. Newest is by the rule of
+	// docs/FORMAT.md (newestOrder): lines of work by when they were last
+	// committed, steps within a line by number. A step newer than the
 	// oldest kept one that is not kept itself stays too, except an
 	// incomplete one (a rank has no manifest) committed before the safety
 	// window: that upload is over and the step will never be restored.
 	Keep int
+	// Line, when set, limits the prune to what one run's line of work has
+	// superseded (the automatic prune of lifeboat run and sidecar): only
+	// the steps LineScope owns are considered, kept or deleted; a step of
+	// another line or world size, or one the run could not restore, is
+	// never touched. Nil: every step (lifeboat prune).
+	Line *LineScope
 	// SafetyWindow: a chunk no remaining manifest references is deleted
 	// only when it is older than this, and an incomplete step only when
 	// its last rank's manifest is. It must be at least the Uploader's (an
@@ -60,8 +65,11 @@ type PruneResult struct {
 	// than the oldest kept one whose last manifest was committed before
 	// the safety window, newest first: they are deleted (and are in
 	// DeletedSteps). Younger ones are kept: their ranks may be uploading.
-	Abandoned        []int64
-	DeletedSteps     []int64
+	Abandoned    []int64
+	DeletedSteps []int64
+	// DeletedLines maps each line of work (LegacyLine for manifests
+	// without one) to the steps deleted from it, ascending.
+	DeletedLines     map[string][]int64
 	DeletedManifests int // all manifests deleted, of deleted steps and superseded revisions
 	// DeletedRevisions counts superseded revisions deleted from steps that
 	// are kept (a higher revision of the same rank replaced them more than
@@ -94,8 +102,9 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 		return nil, errors.New("checkpoint: prune: keep must be at least 1, or every checkpoint would be deleted")
 	}
 	opts = opts.withDefaults()
-	p := &pruner{s: s, opts: opts, log: opts.Log, res: &PruneResult{}}
-	p.cutoff = opts.Clock().Add(-opts.SafetyWindow)
+	p := &pruner{s: s, opts: opts, log: opts.Log, res: &PruneResult{DeletedLines: map[string][]int64{}}}
+	p.now = opts.Clock()
+	p.cutoff = p.now.Add(-opts.SafetyWindow)
 
 	groups, err := listSteps(ctx, s, snapshotsPrefix)
 	if err != nil {
@@ -104,6 +113,7 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 	if err := readGroups(ctx, s, groups); err != nil {
 		return nil, fmt.Errorf("checkpoint: prune: read manifests in %s: %w", s, err)
 	}
+	logFutureCreated(p.log, groups, p.now)
 	stored, err := listChunks(ctx, s)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: prune: %w", err)
@@ -125,7 +135,15 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 		return p.res, err
 	}
 	res := p.res
-	p.log.Info("checkpoint.pruned", "kept", res.Kept, "unrestorable", res.Unrestorable, "abandoned", res.Abandoned, "deleted_steps", len(res.DeletedSteps), "deleted_revisions", res.DeletedRevisions,
+	lines := map[string][]int64{}
+	for l, steps := range res.DeletedLines {
+		lines[ShortLine(l)] = steps
+	}
+	line := "all"
+	if opts.Line != nil {
+		line = ShortLine(opts.Line.Line)
+	}
+	p.log.Info("checkpoint.pruned", "line", line, "kept", res.Kept, "deleted_from_lines", lines, "unrestorable", res.Unrestorable, "abandoned", res.Abandoned, "deleted_steps", len(res.DeletedSteps), "deleted_revisions", res.DeletedRevisions,
 		"deleted_chunks", res.DeletedChunks, "deleted_bytes", res.DeletedBytes, "dry_run", opts.DryRun)
 	return res, nil
 }
@@ -136,6 +154,7 @@ type pruner struct {
 	s      storage.Store
 	opts   PruneOptions
 	log    *slog.Logger
+	now    time.Time // when the prune started, by opts.Clock
 	cutoff time.Time // now less the safety window
 	res    *PruneResult
 }
@@ -150,7 +169,14 @@ type pruner struct {
 func (p *pruner) chooseSteps(groups []*stepGroup, stored chunkSizes) (old map[*stepGroup]bool) {
 	res := p.res
 	order := slices.Clone(groups)
-	newestFirst(order)
+	orderGroups(order, p.now)
+	if sc := p.opts.Line; sc != nil {
+		// Only what the line has superseded: its own steps, newest first
+		// by step, then the steps it continued from.
+		own := slices.DeleteFunc(slices.Clone(order), func(g *stepGroup) bool { return !sc.owns(g) || g.line() != sc.Line || g.worldSize != sc.WorldSize })
+		from := slices.DeleteFunc(order, func(g *stepGroup) bool { return !sc.owns(g) || g.line() == sc.Line && g.worldSize == sc.WorldSize })
+		order = append(own, from...)
+	}
 	old = map[*stepGroup]bool{}
 	for i, g := range order {
 		if len(res.Kept) == p.opts.Keep {
@@ -165,7 +191,7 @@ func (p *pruner) chooseSteps(groups []*stepGroup, stored chunkSizes) (old map[*s
 			// the other ranks' commits are younger than the window; after
 			// that it is over (an upload commits within a quarter of the
 			// window of its start), and the step never completes.
-			if g.committed().Before(p.cutoff) {
+			if g.committed(p.now).Before(p.cutoff) {
 				old[g] = true
 				res.Abandoned = append(res.Abandoned, g.step)
 			}
@@ -197,8 +223,12 @@ func (p *pruner) chooseSteps(groups []*stepGroup, stored chunkSizes) (old map[*s
 func (p *pruner) manifestsToDelete(groups []*stepGroup, old map[*stepGroup]bool) []storage.ObjectInfo {
 	var deleted []storage.ObjectInfo
 	for _, g := range groups {
+		if p.opts.Line != nil && !p.opts.Line.owns(g) {
+			continue // another line's: not this prune's to touch
+		}
 		if old[g] {
 			p.res.DeletedSteps = append(p.res.DeletedSteps, g.step)
+			p.res.DeletedLines[g.line()] = append(p.res.DeletedLines[g.line()], g.step)
 			// Rank 0 first: the step stops being complete with its
 			// highest revision.
 			for r := range g.worldSize {

@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
@@ -66,15 +67,18 @@ func RankDir(rank int) string { return fmt.Sprintf("rank-%05d", rank) }
 
 // Fallback records a snapshot RestoreLatest could not restore.
 type Fallback struct {
-	Step int64
-	Err  error
+	Step      int64
+	WorldSize int
+	Line      string // the step's line of work
+	Err       error
 }
 
 // RestoreResult reports a restore.
 type RestoreResult struct {
 	Step     int64
 	Rank     int
-	Revision int // the revision of the step and rank restored: its highest
+	Line     string // the restored step's line of work (LegacyLine: none)
+	Revision int    // the revision of the step and rank restored: its highest
 	// Manifest is the restored snapshot's. With AllRanks it lists every
 	// rank's files, each path under its RankDir, with rank 0's id; the
 	// ranks' own manifests are in Ranks.
@@ -175,7 +179,7 @@ func restoreOne(ctx context.Context, s storage.Store, m *Manifest, dir string, o
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: restore step %d rank %d revision %d into %s: %w", m.Step, m.Rank, m.Revision, dir, err)
 	}
-	return &RestoreResult{Step: m.Step, Rank: m.Rank, Revision: m.Revision, Manifest: m, Dir: dir, Files: len(m.Files), Bytes: m.Bytes(),
+	return &RestoreResult{Step: m.Step, Rank: m.Rank, Line: m.Line, Revision: m.Revision, Manifest: m, Dir: dir, Files: len(m.Files), Bytes: m.Bytes(),
 		MovedAside: rec.Strays, Aside: rec.Aside}, nil
 }
 
@@ -183,7 +187,7 @@ func restoreOne(ctx context.Context, s storage.Store, m *Manifest, dir string, o
 // (RestoreResult.Manifest with AllRanks) and the paths of it that
 // format.CheckSet checks as a set (rank 0's).
 func joinRanks(ms []*Manifest) (all *Manifest, set []string) {
-	all = &Manifest{Format: FormatVersion, ID: ms[0].ID, Step: ms[0].Step, WorldSize: len(ms)}
+	all = &Manifest{Format: FormatVersion, ID: ms[0].ID, Step: ms[0].Step, WorldSize: len(ms), Line: ms[0].Line}
 	for r, m := range ms {
 		all.Revision = max(all.Revision, m.Revision)
 		all.Counter = all.Counter || m.Counter
@@ -210,7 +214,7 @@ func joinRanks(ms []*Manifest) (all *Manifest, set []string) {
 // (a name RemoveStaleRestores removes) before RanksDir is replaced by it.
 // On any failure dir is as it was.
 func restoreAll(ctx context.Context, s storage.Store, g *stepGroup, rank int, dir string, opts RestoreOptions) (*RestoreResult, error) {
-	res := &RestoreResult{Step: g.step, Rank: rank, Dir: filepath.Join(dir, RanksDir)}
+	res := &RestoreResult{Step: g.step, Rank: rank, Line: g.line(), Dir: filepath.Join(dir, RanksDir)}
 	for r := range g.worldSize {
 		res.Ranks = append(res.Ranks, g.manifests[r])
 	}
@@ -345,10 +349,12 @@ func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, o
 	if opts.AllRanks {
 		worldSize = 0
 	}
-	steps, err := candidateSteps(ctx, s, worldSize)
+	now := time.Now()
+	steps, err := candidateSteps(ctx, s, worldSize, now)
 	if err != nil {
 		return nil, err
 	}
+	logFutureCreated(log, steps, now)
 	var fallbacks []Fallback
 	for _, g := range steps {
 		if rank >= g.worldSize && !opts.AllRanks {
@@ -356,14 +362,14 @@ func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, o
 		}
 		res, err := restoreStep(ctx, s, g, rank, dir, opts)
 		if err == nil {
-			res.Fallbacks = fallbacks
+			res.Fallbacks, res.Line = fallbacks, g.line()
 			return res, nil
 		}
 		if ctx.Err() != nil || !skippable(err) {
 			return nil, err
 		}
 		log.Debug("checkpoint.restore_fallback", "step", g.step, "rank", rank, "err", err)
-		fallbacks = append(fallbacks, Fallback{Step: g.step, Err: err})
+		fallbacks = append(fallbacks, Fallback{Step: g.step, WorldSize: g.worldSize, Line: g.line(), Err: err})
 	}
 	if len(fallbacks) == 0 {
 		return &RestoreResult{Rank: rank}, fmt.Errorf("checkpoint: restore rank %d from %s: %w", rank, s, ErrNoCheckpoint)

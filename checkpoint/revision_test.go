@@ -134,10 +134,11 @@ func TestCommitRevisions(t *testing.T) {
 			{b, false, 1, false, b},
 			{c, false, 2, false, c},
 		}},
-		{"the files of any revision are already committed", []commit{
+		{"the files of an older revision saved again are the next revision", []commit{
 			{a, false, 0, false, a},
 			{b, false, 1, false, b},
-			{a, false, 0, true, b}, // a retried upload of the older files
+			{a, false, 2, false, a}, // the trainer rolled back to a (issue 36 row 9)
+			{a, false, 2, true, a},
 		}},
 		{"counter snapshot after the named step", []commit{
 			{a, false, 0, false, a},

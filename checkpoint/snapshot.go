@@ -47,10 +47,17 @@ type Snapshot struct {
 	// why not ("missing ranks 1,3"); it is empty when Complete.
 	Complete   bool
 	Incomplete string
-	Created    time.Time // newest Created of the ranks: when the step was committed
-	Bytes      int64     // file bytes of all ranks
-	Revision   int       // highest revision of the ranks
-	Counter    bool      // a rank's manifest is a counter checkpoint's
+	Created    time.Time // newest Created of the ranks, by the uploaders' clocks
+	// Committed is the newest trusted commit time of the ranks: Created,
+	// unless a created time lies in the future of the store's time of its
+	// manifest (docs/FORMAT.md). The rule of newest orders lines by it.
+	Committed time.Time
+	// Line is the step's line of work (its rank 0's manifest's); empty for
+	// the legacy line.
+	Line     string
+	Bytes    int64 // file bytes of all ranks
+	Revision int   // highest revision of the ranks
+	Counter  bool  // a rank's manifest is a counter checkpoint's
 	// ChunksChecked: the chunks were listed (ListChecked), and
 	// MissingChunks and WrongSizeChunks count, over the ranks' manifests,
 	// the distinct chunks the store lacks or holds with another size than
@@ -120,17 +127,14 @@ func (g *stepGroup) add(rank, revision int, oi storage.ObjectInfo) {
 }
 
 // committed is when the step was committed, as far as the store tells:
-// the newest Created of its ranks' manifests (read by readGroups), a
-// manifest that could not be read counting with its object's ModTime.
-// Prune and RestoreLatest order steps by it (docs/FORMAT.md).
-func (g *stepGroup) committed() time.Time {
+// the newest trusted commit time (commitTime) of its ranks' manifests,
+// read by readGroups; a manifest that could not be read counts with its
+// object's ModTime. now is the reader's clock, for a store that keeps no
+// object times. The rule of newest (newestOrder) orders lines by it.
+func (g *stepGroup) committed(now time.Time) time.Time {
 	var t time.Time
 	for r, oi := range g.keys {
-		c := oi.ModTime
-		if m := g.manifests[r]; m != nil {
-			c = m.Created
-		}
-		if c.After(t) {
+		if c, _ := commitTime(g.manifests[r], oi, now); c.After(t) {
 			t = c
 		}
 	}
@@ -324,40 +328,32 @@ func readGroups(ctx context.Context, s storage.Store, groups []*stepGroup) error
 	return context.Cause(ctx)
 }
 
-// newestFirst sorts groups read by readGroups newest first: by when they
-// were committed, then by step and world size (for equal times).
-func newestFirst(groups []*stepGroup) {
-	slices.SortStableFunc(groups, func(a, b *stepGroup) int {
-		return cmp.Or(b.committed().Compare(a.committed()), cmp.Compare(b.step, a.step), cmp.Compare(b.worldSize, a.worldSize))
-	})
-}
-
 // candidateSteps returns the steps of worldSize (0: any) whose ranks all
-// have a manifest, with their manifests read, newest first (newestFirst).
-// Their verdicts tell which are complete.
-func candidateSteps(ctx context.Context, s storage.Store, worldSize int) ([]*stepGroup, error) {
+// have a manifest, with their manifests read, newest first by the rule
+// (newestOrder, over the steps of every world size, so that lines are
+// ordered alike whatever the world size asked). Their verdicts tell which
+// are complete.
+func candidateSteps(ctx context.Context, s storage.Store, worldSize int, now time.Time) ([]*stepGroup, error) {
 	groups, err := listSteps(ctx, s, snapshotsPrefix)
 	if err != nil {
 		return nil, err
 	}
-	groups = slices.DeleteFunc(groups, func(g *stepGroup) bool {
-		return !g.allRanks() || worldSize != 0 && g.worldSize != worldSize
-	})
+	groups = slices.DeleteFunc(groups, func(g *stepGroup) bool { return !g.allRanks() })
 	if err := readGroups(ctx, s, groups); err != nil {
 		return nil, fmt.Errorf("checkpoint: read manifests in %s: %w", s, err)
 	}
-	newestFirst(groups)
-	return groups, nil
+	orderGroups(groups, now)
+	return slices.DeleteFunc(groups, func(g *stepGroup) bool { return worldSize != 0 && g.worldSize != worldSize }), nil
 }
 
 // Latest returns the newest complete step of worldSize ranks (worldSize
-// 0: any world size), or an error wrapping ErrNoCheckpoint. Newest is the
-// step committed last (docs/FORMAT.md: within one run that is the highest
-// step). It reads the manifests of the steps whose ranks are all present
+// 0: any world size), or an error wrapping ErrNoCheckpoint. Newest is by
+// the rule of docs/FORMAT.md: the highest step of the line of work
+// committed last (newestOrder). It reads the manifests of the steps whose ranks are all present
 // (to tell which are complete and when they were committed); Restore
 // checks the chunks.
 func Latest(ctx context.Context, s storage.Store, worldSize int) (int64, error) {
-	steps, err := candidateSteps(ctx, s, worldSize)
+	steps, err := candidateSteps(ctx, s, worldSize, time.Now())
 	if err != nil {
 		return 0, err
 	}
@@ -379,7 +375,7 @@ func List(ctx context.Context, s storage.Store) ([]Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return describe(groups, nil), nil
+	return describe(groups, nil, time.Now()), nil
 }
 
 // ListChecked is List that also lists every chunk in the store once and
@@ -399,7 +395,7 @@ func ListChecked(ctx context.Context, s storage.Store) ([]Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return describe(groups, stored), nil
+	return describe(groups, stored, time.Now()), nil
 }
 
 // readSteps lists every step and reads each rank's highest manifest.
@@ -417,11 +413,11 @@ func readSteps(ctx context.Context, s storage.Store) ([]*stepGroup, error) {
 // describe is the Snapshot of each of groups, whose manifests readGroups
 // read; with stored (a listing of the chunks; nil: none) it counts each
 // step's chunks that are missing or of another size.
-func describe(groups []*stepGroup, stored chunkSizes) []Snapshot {
+func describe(groups []*stepGroup, stored chunkSizes, now time.Time) []Snapshot {
 	checkChunks := stored != nil
 	out := make([]Snapshot, 0, len(groups))
 	for _, g := range groups {
-		snap := Snapshot{Step: g.step, WorldSize: g.worldSize, ChunksChecked: checkChunks}
+		snap := Snapshot{Step: g.step, WorldSize: g.worldSize, ChunksChecked: checkChunks, Line: g.line(), Committed: g.committed(now)}
 		var manifests []*Manifest
 		for r := range g.worldSize {
 			oi, ok := g.keys[r]

@@ -16,12 +16,17 @@ import "fmt"
 // it can be paired with the other ranks' of the same generation. Without
 // it, a counter checkpoint of a job of several ranks never makes its step
 // complete (docs/FORMAT.md).
+//
+// Line is the line of work the upload belongs to (NewLine, or the line of
+// the checkpoint the run restored); empty only for tests of the legacy
+// format.
 type Target struct {
 	Step       int64
 	Rank       int
 	WorldSize  int
 	Counter    bool
 	Generation string
+	Line       string
 }
 
 // Validate reports a target no manifest can name.
@@ -35,6 +40,9 @@ func (t Target) Validate() error {
 		return fmt.Errorf("checkpoint: rank %d outside 0..%d", t.Rank, t.WorldSize-1)
 	}
 	if err := checkGeneration(t.Generation); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := CheckLine(t.Line); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	return nil

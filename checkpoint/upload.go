@@ -159,10 +159,15 @@ type UploadResult struct {
 	// Skipped lists entries that are not regular files (symlinks, FIFOs,
 	// sockets, devices): the snapshot does not contain them.
 	Skipped []string
-	// AlreadyCommitted is true when a revision of this step and rank with
-	// the same files was already committed (a retried upload); nothing was
-	// written.
+	// AlreadyCommitted is true when the highest revision of this step and
+	// rank holds the same files (a retried upload); nothing was written.
 	AlreadyCommitted bool
+	// Late is true when another writer (a pod that replaced this one, with
+	// the same rank) committed a revision of this step and rank of the
+	// same line while this upload ran: this upload's files are older work
+	// and were not committed, so that they never become the newest
+	// (checkpoint.late_commit); Key and Manifest are that revision's.
+	Late bool
 	// ReusedFiles counts files this Uploader had committed before, unchanged
 	// since (device, inode, size, modification and change time), whose
 	// chunks were reused without reading them again.
@@ -594,7 +599,14 @@ func (run *uploadRun) commit(ctx context.Context) (*UploadResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.Manifest, res.Key, res.Revision, res.AlreadyCommitted = c.manifest, c.key, c.manifest.Revision, c.already
+	res.Manifest, res.Key, res.Revision, res.AlreadyCommitted, res.Late = c.manifest, c.key, c.manifest.Revision, c.already, c.late
+	if c.late {
+		run.log.Warn("checkpoint.late_commit", "step", run.target.Step, "rank", run.target.Rank, "started", m.Created.Format(time.RFC3339Nano),
+			"newer", c.key, "newer_committed", c.at.UTC().Format(time.RFC3339Nano),
+			"reason", "another writer of this rank (the pod that replaced this one) committed this step after this upload began",
+			"effect", "not committed: its files are older work and must not become the newest")
+		return res, nil
+	}
 	run.u.remember(run.files, m)
 	if c.already {
 		return res, nil
@@ -612,7 +624,7 @@ func (run *uploadRun) manifest() *Manifest {
 	t := run.target
 	m := &Manifest{
 		Format: FormatVersion, ID: newID(), Step: t.Step, Rank: t.Rank, WorldSize: t.WorldSize,
-		Counter: t.Counter, Generation: t.Generation, Created: run.start.UTC(), Producer: cmp.Or(run.u.Producer, "lifeboat"), ChunkSize: int64(run.chunkSize),
+		Counter: t.Counter, Generation: t.Generation, Line: t.Line, Created: run.start.UTC(), Producer: cmp.Or(run.u.Producer, "lifeboat"), ChunkSize: int64(run.chunkSize),
 	}
 	run.res.Files = len(run.files)
 	for i, f := range run.files {

@@ -46,6 +46,8 @@
 //	lifeboat_resume_step{source}                        step resumed from when lifeboat started; -1 when none (a
 //	                                                    restart in place does not change it)
 //	lifeboat_resume_duration_seconds{source}            how long that resume took
+//	lifeboat_fresh_start_over_progress                  1 when the trainer started from scratch although the store
+//	                                                    holds a complete checkpoint it did not restore, else 0
 //
 // plus the standard go_* and process_* collectors.
 package metrics

@@ -77,6 +77,7 @@ type Metrics struct {
 	restarts       *prometheus.CounterVec
 	oomKills       prometheus.Counter
 	resumeStep     *prometheus.GaugeVec
+	freshOver      prometheus.Gauge
 	resumeDuration *prometheus.GaugeVec
 	grace          *graceBudget
 }
@@ -139,6 +140,10 @@ func New(version string, opts ...Option) *Metrics {
 		Name: "lifeboat_resume_step",
 		Help: "Step the trainer resumed from when lifeboat started (-1 for a fresh start), by where the checkpoint came from (store, init, local, none, other).",
 	}, []string{"source"})
+	m.freshOver = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lifeboat_fresh_start_over_progress",
+		Help: "1 when the trainer started from scratch although the store holds a complete checkpoint it did not restore (too big, another world size, --restore never), else 0.",
+	})
 	m.resumeDuration = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "lifeboat_resume_duration_seconds",
 		Help: "How long the resume (restore before the trainer started) took, by where the checkpoint came from.",
@@ -162,7 +167,7 @@ func New(version string, opts ...Option) *Metrics {
 		buildInfo, m.readyGauge, m.lastStep, m.lastCommitTS, age,
 		m.uploadedBytes, m.dedupedBytes, ratio, m.pendingBytes, m.throughput,
 		m.retries, m.failures, m.interrupted, m.notices, m.rebalances, m.restarts, m.oomKills,
-		m.resumeStep, m.resumeDuration, m.grace,
+		m.resumeStep, m.resumeDuration, m.freshOver, m.grace,
 	)
 	return m
 }
@@ -313,6 +318,19 @@ func (m *Metrics) SetResume(source string, step int64, seconds float64) {
 	if !math.IsNaN(seconds) && seconds >= 0 {
 		m.resumeDuration.WithLabelValues(s).Set(seconds)
 	}
+}
+
+// SetFreshStartOverProgress says whether the trainer started from scratch
+// beside restorable progress in the store.
+func (m *Metrics) SetFreshStartOverProgress(yes bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if yes {
+		v = 1
+	}
+	m.freshOver.Set(v)
 }
 
 // IncOOMKill counts one trainer process killed by the OOM killer.

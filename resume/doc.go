@@ -1,7 +1,7 @@
 // Package resume owns the resume contract: what lifeboat tells the trainer
 // about the checkpoint it is to resume from. `lifeboat run` sets it as the
-// variables LIFEBOAT_RESUME_DIR, LIFEBOAT_RESUME_STEP and LIFEBOAT_RESUME_ID
-// (Point.Env); a restore also writes it into the checkpoint directory as the
+// variables LIFEBOAT_RESUME_DIR, LIFEBOAT_RESUME_STEP, LIFEBOAT_RESUME_ID,
+// LIFEBOAT_RESUME_SOURCE and LIFEBOAT_RESUME_REASON (Point.Env); a restore also writes it into the checkpoint directory as the
 // resume file, so that a trainer started elsewhere (`lifeboat restore` in an
 // init container, then `lifeboat run --restore never`) learns the same, and
 // images/lifeboat.py reads that file when the variables are unset.
@@ -21,6 +21,14 @@
 //     checkpoint was already in the directory and nothing was restored.
 //   - files: the checkpoint's files, as slash paths relative to the
 //     checkpoint directory.
+//   - line: the line of work the checkpoint belongs to (omitted for the
+//     legacy line): the run continues it (docs/FORMAT.md).
+//   - source: store (restored from the store), local (a checkpoint already
+//     in the directory, newer than the store's by the line's rule) or init
+//     (an earlier restore's file, handed on); reason: why that one.
+//
+// NewerLocal decides between a checkpoint already in the directory and the
+// store's newest.
 //
 // A restore that finds nothing to restore removes the file, so that a
 // trainer never resumes from what an earlier restore left. The file is

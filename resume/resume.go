@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
 	"github.com/lifeboat-project/lifeboat/internal/beneath"
@@ -26,15 +27,26 @@ type Point struct {
 	Step  int64    `json:"step"`
 	ID    string   `json:"id"`
 	Files []string `json:"files"`
+	// Line is the line of work of what was resumed (empty: the legacy
+	// line, or not known); the run continues it.
+	Line string `json:"line,omitempty"`
+	// Source says where the checkpoint came from (SourceStore,
+	// SourceLocal, SourceInit), Reason why it was chosen.
+	Source string `json:"source,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Written is when the resume file Read read was last written: a
+	// restore's end, for a file an earlier restore wrote. Not in the file.
+	Written time.Time `json:"-"`
 }
 
 // Env renders p as the trainer's LIFEBOAT_RESUME_* variables; a nil p (a
 // fresh start) sets them empty.
 func (p *Point) Env() []string {
 	if p == nil {
-		return []string{"LIFEBOAT_RESUME_DIR=", "LIFEBOAT_RESUME_STEP=", "LIFEBOAT_RESUME_ID="}
+		return []string{"LIFEBOAT_RESUME_DIR=", "LIFEBOAT_RESUME_STEP=", "LIFEBOAT_RESUME_ID=", "LIFEBOAT_RESUME_SOURCE=", "LIFEBOAT_RESUME_REASON="}
 	}
-	return []string{"LIFEBOAT_RESUME_DIR=" + p.Dir, "LIFEBOAT_RESUME_STEP=" + strconv.FormatInt(p.Step, 10), "LIFEBOAT_RESUME_ID=" + p.ID}
+	return []string{"LIFEBOAT_RESUME_DIR=" + p.Dir, "LIFEBOAT_RESUME_STEP=" + strconv.FormatInt(p.Step, 10), "LIFEBOAT_RESUME_ID=" + p.ID,
+		"LIFEBOAT_RESUME_SOURCE=" + p.Source, "LIFEBOAT_RESUME_REASON=" + p.Reason}
 }
 
 // Restored is the Point of a restore into dir: the deepest directory that
@@ -42,7 +54,11 @@ func (p *Point) Env() []string {
 // it is the directory holding the ranks), the step, the manifest's ID and
 // the files, relative to dir.
 func Restored(dir string, res *checkpoint.RestoreResult, all bool) *Point {
-	p := &Point{Dir: filepath.Join(res.Dir, commonDir(res.Manifest)), Step: res.Step, ID: res.Manifest.ID}
+	p := &Point{Dir: filepath.Join(res.Dir, commonDir(res.Manifest)), Step: res.Step, ID: res.Manifest.ID, Line: res.Line,
+		Source: SourceStore, Reason: "the store's newest checkpoint this volume could hold"}
+	if len(res.Fallbacks) == 0 {
+		p.Reason = "the store's newest checkpoint"
+	}
 	if all {
 		p.Dir = res.Dir
 	}
@@ -53,9 +69,10 @@ func Restored(dir string, res *checkpoint.RestoreResult, all bool) *Point {
 }
 
 // Local is the Point of a complete checkpoint already in dir, found by
-// the watcher: nothing was restored, so it has no ID.
-func Local(dir string, l watch.Ready) *Point {
-	p := &Point{Dir: filepath.Join(dir, filepath.FromSlash(l.Dir)), Step: l.Step}
+// the watcher (NewerLocal): nothing was restored, so it has no ID. line is
+// the line it continues, why the reason it was chosen.
+func Local(dir string, l watch.Ready, line, why string) *Point {
+	p := &Point{Dir: filepath.Join(dir, filepath.FromSlash(l.Dir)), Step: l.Step, Line: line, Source: SourceLocal, Reason: why}
 	for _, f := range l.Files {
 		p.Files = append(p.Files, path.Join(l.Dir, f.Path))
 	}
@@ -112,6 +129,9 @@ func Read(dir string) (*Point, error) {
 	var p Point
 	if err := json.Unmarshal(b, &p); err != nil {
 		return nil, fmt.Errorf("resume: read %s: %w", name, err)
+	}
+	if st, err := root.Lstat(FileName); err == nil {
+		p.Written = time.Unix(st.Mtim.Unix())
 	}
 	return &p, nil
 }

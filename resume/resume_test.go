@@ -17,9 +17,11 @@ func TestEnv(t *testing.T) {
 		p    *Point
 		want []string
 	}{
-		{"fresh start", nil, []string{"LIFEBOAT_RESUME_DIR=", "LIFEBOAT_RESUME_STEP=", "LIFEBOAT_RESUME_ID="}},
-		{"restored", &Point{Dir: "/ckpt/step-5", Step: 5, ID: "ab12"}, []string{"LIFEBOAT_RESUME_DIR=/ckpt/step-5", "LIFEBOAT_RESUME_STEP=5", "LIFEBOAT_RESUME_ID=ab12"}},
-		{"local", &Point{Dir: "/ckpt", Step: 0}, []string{"LIFEBOAT_RESUME_DIR=/ckpt", "LIFEBOAT_RESUME_STEP=0", "LIFEBOAT_RESUME_ID="}},
+		{"fresh start", nil, []string{"LIFEBOAT_RESUME_DIR=", "LIFEBOAT_RESUME_STEP=", "LIFEBOAT_RESUME_ID=", "LIFEBOAT_RESUME_SOURCE=", "LIFEBOAT_RESUME_REASON="}},
+		{"restored", &Point{Dir: "/ckpt/step-5", Step: 5, ID: "ab12", Source: SourceStore, Reason: "the store's newest checkpoint"},
+			[]string{"LIFEBOAT_RESUME_DIR=/ckpt/step-5", "LIFEBOAT_RESUME_STEP=5", "LIFEBOAT_RESUME_ID=ab12", "LIFEBOAT_RESUME_SOURCE=store", "LIFEBOAT_RESUME_REASON=the store's newest checkpoint"}},
+		{"local", &Point{Dir: "/ckpt", Step: 0, Source: SourceLocal, Reason: "newer"},
+			[]string{"LIFEBOAT_RESUME_DIR=/ckpt", "LIFEBOAT_RESUME_STEP=0", "LIFEBOAT_RESUME_ID=", "LIFEBOAT_RESUME_SOURCE=local", "LIFEBOAT_RESUME_REASON=newer"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -46,14 +48,14 @@ func TestFile(t *testing.T) {
 	if err != nil || string(b) != want {
 		t.Fatalf("resume file %q, %v; want %q", b, err, want)
 	}
-	if got, err := Read(dir); err != nil || !reflect.DeepEqual(got, p) {
+	if got, err := Read(dir); err != nil || got.Written.IsZero() || !reflect.DeepEqual(*got, Point{Dir: p.Dir, Step: p.Step, ID: p.ID, Files: p.Files, Written: got.Written}) {
 		t.Fatalf("Read = %+v, %v; want %+v", got, err, p)
 	}
 	q := &Point{Dir: "/ckpt", Step: 7}
 	if err := Write(dir, q); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := Read(dir); err != nil || !reflect.DeepEqual(got, q) {
+	if got, err := Read(dir); err != nil || got.Written.IsZero() || !reflect.DeepEqual(*got, Point{Dir: q.Dir, Step: q.Step, Files: q.Files, Written: got.Written}) {
 		t.Fatalf("Read after a second Write = %+v, %v; want %+v", got, err, q)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
@@ -100,6 +102,7 @@ func TestRestored(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			tt.want.Source, tt.want.Reason = SourceStore, "the store's newest checkpoint"
 			if got := Restored("/ckpt", tt.res, tt.all); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("Restored = %+v, want %+v", got, tt.want)
 			}
@@ -109,8 +112,8 @@ func TestRestored(t *testing.T) {
 
 func TestLocal(t *testing.T) {
 	l := watch.Ready{Candidate: watch.Candidate{Dir: "step-8", Step: 8, Files: []watch.File{{Path: "model.bin"}, {Path: "opt/state.bin"}}}}
-	want := &Point{Dir: "/ckpt/step-8", Step: 8, Files: []string{"step-8/model.bin", "step-8/opt/state.bin"}}
-	if got := Local("/ckpt", l); !reflect.DeepEqual(got, want) {
+	want := &Point{Dir: "/ckpt/step-8", Step: 8, Files: []string{"step-8/model.bin", "step-8/opt/state.bin"}, Line: "0123456789abcdef", Source: SourceLocal, Reason: "why"}
+	if got := Local("/ckpt", l, "0123456789abcdef", "why"); !reflect.DeepEqual(got, want) {
 		t.Errorf("Local = %+v, want %+v", got, want)
 	}
 }

@@ -28,7 +28,10 @@ type lsEntry struct {
 	Revision int `json:"revision"`
 	// Counter: the trainer did not number this checkpoint; it follows the
 	// named step Step.
-	Counter   bool      `json:"counter"`
+	Counter bool `json:"counter"`
+	// Line is the step's line of work ("legacy": written before lines);
+	// docs/FORMAT.md says how lines decide which step is newest.
+	Line      string    `json:"line"`
 	IDs       []string  `json:"ids"`
 	Created   time.Time `json:"created"`
 	Ranks     []int     `json:"ranks"`
@@ -65,7 +68,9 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"Lists every step, oldest first. REV is the step's highest revision: a step whose files\n"+
 		"changed after it was committed is stored again as revision 1, 2, ..., and each rank's\n"+
 		"highest revision is what a restore takes. KIND is named, or counter for a checkpoint the\n"+
-		"trainer did not number, stored as a revision of the named step it follows. STATE is\n"+
+		"trainer did not number, stored as a revision of the named step it follows. LINE is the\n"+
+		"step's line of work (legacy: written before lines): steps compare by number only within\n"+
+		"a line, and the line committed last is the newest (docs/FORMAT.md). STATE is\n"+
 		"complete, incomplete (ranks missing: an upload in progress, or one that died; or ranks\n"+
 		"that cannot be paired: a rank's snapshot is a counter checkpoint, whose iteration no\n"+
 		"other rank's is known to match), bad-manifest (a manifest does not decode), or with\n"+
@@ -95,7 +100,7 @@ func runLs(ctx context.Context, o *lsOptions) error {
 	}
 	entries := make([]lsEntry, 0, len(snaps))
 	for _, sn := range snaps {
-		e := lsEntry{Step: sn.Step, Revision: sn.Revision, Counter: sn.Counter, Created: sn.Created, WorldSize: sn.WorldSize, Bytes: sn.Bytes, Complete: sn.Complete, Incomplete: sn.Incomplete,
+		e := lsEntry{Step: sn.Step, Revision: sn.Revision, Counter: sn.Counter, Line: checkpoint.ShortLine(sn.Line), Created: sn.Created, WorldSize: sn.WorldSize, Bytes: sn.Bytes, Complete: sn.Complete, Incomplete: sn.Incomplete,
 			Restorable: sn.Restorable(), ChunksChecked: sn.ChunksChecked, MissingChunks: sn.MissingChunks, WrongSizeChunks: sn.WrongSizeChunks, IDs: []string{}, Ranks: []int{}}
 		for _, r := range sn.Ranks {
 			e.Ranks = append(e.Ranks, r.Rank)
@@ -113,7 +118,7 @@ func runLs(ctx context.Context, o *lsOptions) error {
 		return enc.Encode(entries)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "STEP\tREV\tKIND\tCREATED\tRANKS\tBYTES\tSTATE\tID\tWHY")
+	fmt.Fprintln(tw, "STEP\tREV\tKIND\tLINE\tCREATED\tRANKS\tBYTES\tSTATE\tID\tWHY")
 	for _, e := range entries {
 		state := e.state()
 		kind := "named"
@@ -128,7 +133,7 @@ func runLs(ctx context.Context, o *lsOptions) error {
 		if why == "" {
 			why = "-"
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%s\n", e.Step, e.Revision, kind, e.Created.UTC().Format(time.RFC3339), len(e.Ranks), e.WorldSize, e.Bytes, state, printable.String(id), printable.String(why))
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%s\n", e.Step, e.Revision, kind, printable.String(e.Line), e.Created.UTC().Format(time.RFC3339), len(e.Ranks), e.WorldSize, e.Bytes, state, printable.String(id), printable.String(why))
 	}
 	return tw.Flush()
 }

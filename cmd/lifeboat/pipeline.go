@@ -21,7 +21,6 @@ import (
 
 	"github.com/lifeboat-project/lifeboat/agent"
 	"github.com/lifeboat-project/lifeboat/checkpoint"
-	"github.com/lifeboat-project/lifeboat/format"
 	"github.com/lifeboat-project/lifeboat/resume"
 	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/watch"
@@ -80,9 +79,9 @@ func allRanks(v string) (bool, error) {
 }
 
 // restoreLatest restores the newest complete checkpoint of rank into dir,
-// falling back to older ones on corruption. nil, nil means there is none:
-// a fresh start.
-func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, all bool, log *slog.Logger, progressTo io.Writer) (*resume.Point, error) {
+// falling back to older ones on corruption. nil, nil, nil means there is
+// none: a fresh start.
+func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, all bool, log *slog.Logger, progressTo io.Writer) (*resume.Point, *checkpoint.RestoreResult, error) {
 	return restoreLatestEvery(ctx, s, dir, ro, workers, all, log, progressTo, 5*time.Second)
 }
 
@@ -90,7 +89,7 @@ func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOpti
 // bar on a terminal) or, every interval, to log. With all, it restores
 // every rank's files of the newest complete step of any world size into
 // --dir/.lifeboat-ranks (checkpoint.RestoreOptions.AllRanks).
-func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, all bool, log *slog.Logger, progressTo io.Writer, interval time.Duration) (*resume.Point, error) {
+func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, all bool, log *slog.Logger, progressTo io.Writer, interval time.Duration) (*resume.Point, *checkpoint.RestoreResult, error) {
 	t0 := time.Now()
 	pr := newProgress(progressTo, log, interval)
 	res, err := checkpoint.RestoreLatest(ctx, s, ro.rank, dir, checkpoint.RestoreOptions{WorldSize: ro.worldSize, Workers: workers, Log: log, Progress: pr.update, AllRanks: all})
@@ -111,7 +110,7 @@ func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro ran
 		}
 		log.Warn("resume.fresh_start", "store", s.String(), "reason", err.Error(), "hint", hint)
 		_ = resume.Remove(dir) // an earlier restore's file must not be resumed
-		return nil, nil
+		return nil, nil, nil
 	case errors.Is(err, checkpoint.ErrNoCheckpoint):
 		if other := otherWorldSizes(ctx, s, ro.worldSize); other != "" {
 			log.Warn("resume.fresh_start", "store", s.String(), "reason", "no complete checkpoint for world size "+strconv.Itoa(ro.worldSize),
@@ -121,17 +120,17 @@ func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro ran
 			log.Info("resume.fresh_start", "store", s.String(), "reason", err.Error())
 		}
 		_ = resume.Remove(dir) // an earlier restore's file must not be resumed
-		return nil, nil
+		return nil, nil, nil
 	case err != nil:
-		return nil, fmt.Errorf("restore from %s into %s: %w", s, dir, err)
+		return nil, nil, fmt.Errorf("restore from %s into %s: %w", s, dir, err)
 	}
 	logMovedAside(log, dir, res)
 	r := resume.Restored(dir, res, all)
 	writeResumeFile(dir, r, log)
 	el := time.Since(t0)
 	log.Info("resume.restored", "step", res.Step, "rank", ro.rank, "files", res.Files, "bytes", res.Bytes,
-		"seconds", el.Seconds(), "mb_per_s", float64(res.Bytes)/1e6/max(el.Seconds(), 1e-9), "dir", r.Dir, "manifest_id", r.ID)
-	return r, nil
+		"seconds", el.Seconds(), "mb_per_s", float64(res.Bytes)/1e6/max(el.Seconds(), 1e-9), "dir", r.Dir, "manifest_id", r.ID, "line", checkpoint.ShortLine(res.Line))
+	return r, res, nil
 }
 
 // maxLoggedPaths bounds the paths one log line lists.
@@ -211,7 +210,10 @@ type pipeline struct {
 	// container) or "none"; resumeSeconds how long the restore took.
 	resumeSource  string
 	resumeSeconds float64
-	retries       atomic.Int64 // store calls retried after a transient failure (storeOptions.onRetry)
+	// freshOverProgress: the trainer starts from scratch although the
+	// store holds a complete checkpoint (lifeboat_fresh_start_over_progress).
+	freshOverProgress bool
+	retries           atomic.Int64 // store calls retried after a transient failure (storeOptions.onRetry)
 }
 
 // beforeRestart runs between a trainer crash and its restart: it commits
@@ -221,13 +223,17 @@ func (p *pipeline) beforeRestart(ctx context.Context, attempt int) ([]string, er
 	if err := p.agent.Sync(ctx); err != nil {
 		p.log.Warn("resume.sync_failed", "err", err, "effect", "restarting from the newest committed checkpoint")
 	}
-	r, err := restoreLatest(ctx, p.store, p.dir, p.ranks, p.workers, p.allRanks, p.log, io.Discard)
+	t0 := time.Now()
+	r, res, err := restoreLatest(ctx, p.store, p.dir, p.ranks, p.workers, p.allRanks, p.log, io.Discard)
 	if err != nil {
 		return nil, err
 	}
 	if r != nil {
-		p.agent.Restored(r.Step, r.Files)
+		p.agent.Restored(r.Step, r.Files, t0)
+		p.agent.SetLine(checkpoint.Continue(res, p.ranks.worldSize))
 	}
+	// Nothing restored: the run goes on with its line (a fresh start's
+	// line is carried across the restarts of the pod).
 	return r.Env(), nil
 }
 
@@ -275,6 +281,7 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	}
 	p.store = s
 	var finished *resume.Point // a restore a kill cut short, finished now
+	finishedAt := time.Now()
 	if !co.sidecar {
 		finished = finishInterrupted(dir, log)
 		removed, err := checkpoint.RemoveStaleRestores(dir)
@@ -301,48 +308,75 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 			return nil, err
 		}
 	}
-	// An unnumbered checkpoint is numbered with the newest step known, in
-	// the store or on disk, and stored as a new revision of it.
 	snaps, err := checkpoint.List(ctx, s)
 	if err != nil {
 		return nil, fmt.Errorf("list checkpoints in %s: %w", s, err)
 	}
-	for _, sn := range snaps {
-		w.SetLastStep(sn.Step)
-	}
-	local := (*watch.Ready)(nil)
+	var line checkpoint.LineScope
+	restoredAt := time.Time{}
 	switch {
 	case finished != nil:
 		// The restore that was cut short is the one that was chosen:
-		// its checkpoint is neither new work nor taken as newer.
-		p.resume, p.resumeSource = finished, "store"
+		// its checkpoint is neither new work nor taken as newer, and its
+		// line is continued.
+		p.resume, p.resumeSource, restoredAt = finished, resume.SourceStore, finishedAt
+		line = checkpoint.ContinueFrom(&checkpoint.StepRef{Line: finished.Line, Step: finished.Step, WorldSize: ro.worldSize}, ro.worldSize, nil)
 	case co.restore == "auto":
-		if local = newerLocal(w, snaps, ro, co.verifyFormat != "off", log); local != nil {
-			p.resume, p.resumeSource = localResume(dir, *local, log), "local"
+		local, why, newest := resume.NewerLocal(w, snaps, ro.worldSize, co.verifyFormat != "off", log)
+		if local != nil {
+			var from *checkpoint.StepRef
+			if newest != nil {
+				from = &checkpoint.StepRef{Line: newest.Line, Step: newest.Step, WorldSize: newest.WorldSize}
+			}
+			line = checkpoint.ContinueFrom(from, ro.worldSize, nil)
+			p.resume, p.resumeSource = resume.Local(dir, *local, line.Line, why), resume.SourceLocal
+			writeResumeFile(dir, p.resume, log)
 			break
 		}
 		t0 := time.Now()
-		p.resume, err = restoreLatest(ctx, s, dir, ro, co.workers, all, log, progressTo)
+		var res *checkpoint.RestoreResult
+		p.resume, res, err = restoreLatest(ctx, s, dir, ro, co.workers, all, log, progressTo)
 		if err != nil {
 			return nil, err
 		}
-		p.resumeSource, p.resumeSeconds = "store", time.Since(t0).Seconds()
+		line = checkpoint.Continue(res, ro.worldSize)
+		p.resumeSource, p.resumeSeconds, restoredAt = resume.SourceStore, time.Since(t0).Seconds(), t0
 	default:
 		// An init container may have restored (lifeboat restore): its
-		// files are not new checkpoints.
+		// files are not new checkpoints, and its line is continued.
 		p.resume = readResumeFile(dir, log)
-		p.resumeSource = "init"
+		p.resumeSource = resume.SourceInit
+		var from *checkpoint.StepRef
+		if p.resume != nil {
+			p.resume.Source, restoredAt = resume.SourceInit, p.resume.Written
+			from = &checkpoint.StepRef{Line: p.resume.Line, Step: p.resume.Step, WorldSize: ro.worldSize}
+		}
+		line = checkpoint.ContinueFrom(from, ro.worldSize, nil)
+		if n := checkpoint.Newest(snaps, ro.worldSize); p.resume == nil && n != nil && !co.sidecar {
+			log.Warn("resume.fresh_start", "store", s.String(),
+				"reason", fmt.Sprintf("--restore never and no resume file from lifeboat restore, although the store holds complete step %d of this world size (line %s)", n.Step, checkpoint.ShortLine(n.Line)),
+				"hint", "the trainer starts a new line of work beside it; set --restore auto to resume it; lifeboat ls shows the lines")
+		}
+	}
+	// A fresh start beside complete steps in the store stays visible.
+	p.freshOverProgress = p.resume == nil && checkpoint.Newest(snaps, 0) != nil
+	// An unnumbered checkpoint is numbered with the newest step of the
+	// line it continues (complete steps of its world size only), or the
+	// newest named step on disk, and stored as a new revision of it.
+	if last := line.LastInLine(snaps); last >= 0 {
+		w.SetLastStep(last)
 	}
 	u := &checkpoint.Uploader{Store: s, Workers: co.workers, Producer: "lifeboat " + version, Log: log,
 		SkipFormatCheck: co.verifyFormat == "off"}
 	p.agent, err = agent.New(agent.Config{Dir: dir, Watcher: w, Uploader: u, Rank: ro.rank, WorldSize: ro.worldSize,
-		Interval: co.interval, Keep: co.keep, Log: log, Settle: co.settle, VerifyFormat: co.verifyFormat != "off"})
+		Interval: co.interval, Keep: co.keep, Log: log, Settle: co.settle, VerifyFormat: co.verifyFormat != "off", Line: line})
 	if err != nil {
 		return nil, err
 	}
-	if p.resume != nil && local == nil {
-		p.agent.Restored(p.resume.Step, p.resume.Files)
+	if p.resume != nil && p.resumeSource != resume.SourceLocal {
+		p.agent.Restored(p.resume.Step, p.resume.Files, restoredAt)
 	}
+	log.Info("resume.line", "line", checkpoint.ShortLine(line.Line), "world_size", line.WorldSize, "from", fromString(line.From))
 	p.env = append(p.resume.Env(), "LIFEBOAT_DIR="+dir, "LIFEBOAT_MARKER="+co.marker,
 		"LIFEBOAT_RANK="+strconv.Itoa(ro.rank), "LIFEBOAT_WORLD_SIZE="+strconv.Itoa(ro.worldSize))
 	return p, nil
@@ -409,60 +443,12 @@ func splitList(v string) []string {
 	return out
 }
 
-// newerLocal returns the complete checkpoint in --dir that is newer than
-// the newest complete snapshot in the store for this world size, or nil.
-// Restoring over it would destroy work that was never uploaded (the upload
-// failed at the last preemption, or the store was down): it is kept,
-// uploaded and resumed instead. Newer means a higher step when both are
-// named by the trainer, otherwise changed after the snapshot was taken.
-// Its files must pass their format checks: a torn save is not resumed.
-// Only for a single rank: one rank of several cannot know that its peers
-// hold the same newer step, and resuming it alone would pair iterations.
-func newerLocal(w *watch.Watcher, snaps []checkpoint.Snapshot, ro rankOptions, verify bool, log *slog.Logger) *watch.Ready {
-	if ro.worldSize > 1 {
-		return nil
+// fromString names where a line of work continues from, for the log.
+func fromString(f *checkpoint.StepRef) string {
+	if f == nil {
+		return "a fresh start"
 	}
-	ready, err := w.Scan(true)
-	if err != nil || len(ready) == 0 {
-		return nil
-	}
-	l := ready[len(ready)-1]
-	w.Number(&l)
-	var latest *checkpoint.Snapshot
-	for i := range snaps {
-		// The newest in time, as restore and prune order them.
-		if sn := &snaps[i]; sn.Complete && sn.WorldSize == ro.worldSize && (latest == nil || sn.Created.After(latest.Created)) {
-			latest = sn
-		}
-	}
-	if latest != nil {
-		named := !l.Counter && !latest.Counter
-		if named && l.Step <= latest.Step || !named && !l.LastChange().After(latest.Created) {
-			return nil
-		}
-	}
-	if verify {
-		for _, f := range l.Files {
-			if err := format.CheckFile(filepath.Join(w.Dir(), filepath.FromSlash(path.Join(l.Dir, f.Path)))); err != nil {
-				log.Warn("resume.local_torn", "id", l.ID, "err", err, "effect", "not resumed; the store's newest checkpoint is restored")
-				return nil
-			}
-		}
-	}
-	args := []any{"id", l.ID, "step", l.Step, "files", len(l.Files), "changed", l.LastChange().Format(time.RFC3339)}
-	if latest != nil {
-		args = append(args, "store_step", latest.Step, "store_created", latest.Created.Format(time.RFC3339))
-	}
-	log.Info("resume.local_newer", append(args, "effect", "kept, resumed and uploaded instead of restoring over it")...)
-	return &l
-}
-
-// localResume is what the trainer is told when it resumes from a
-// checkpoint already in --dir; it is written into the resume file too.
-func localResume(dir string, l watch.Ready, log *slog.Logger) *resume.Point {
-	r := resume.Local(dir, l)
-	writeResumeFile(dir, r, log)
-	return r
+	return f.String()
 }
 
 // otherWorldSizes lists the world sizes other than worldSize that the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
@@ -21,8 +23,11 @@ type pruneOptions struct {
 // pruneHelp says exactly what a prune leaves in the store.
 const pruneHelp = `lifeboat prune --store URL [--keep N] [--min-chunk-age D] [--dry-run]
 
-Keeps the newest N restorable steps (newest: committed last) and deletes the
-older steps and the chunks no remaining step uses. A step is restorable when it
+Keeps the newest N restorable steps and deletes the older steps and the chunks
+no remaining step uses, of every line of work (newest: the line committed last
+first, steps within a line by number; docs/FORMAT.md), and says which lines it
+deletes from. The automatic prune of lifeboat run and sidecar (--keep) deletes
+only what its own line of work superseded. A step is restorable when it
 is complete, its manifests decode and every chunk they name is stored with the
 size they say (prune lists the chunks to tell); one that is not counts toward no
 --keep, so a restorable step is never deleted to keep it.
@@ -80,6 +85,9 @@ func runPrune(ctx context.Context, o *pruneOptions) error {
 	}
 	fmt.Fprintf(stdout, "kept steps %v; %s steps %v (%d manifests, %d chunks, %d bytes); %d unreferenced chunks younger than --min-chunk-age %s kept\n",
 		res.Kept, verb, res.DeletedSteps, res.DeletedManifests, res.DeletedChunks, res.DeletedBytes, res.YoungUnreferenced, o.minChunkAge)
+	for _, line := range slices.Sorted(maps.Keys(res.DeletedLines)) {
+		fmt.Fprintf(stdout, "%s from line %s: steps %v\n", verb, checkpoint.ShortLine(line), res.DeletedLines[line])
+	}
 	if len(res.Abandoned) > 0 {
 		fmt.Fprintf(stdout, "steps %v were incomplete (a rank has no manifest) since before --min-chunk-age: abandoned uploads, %s\n", res.Abandoned, verb)
 	}

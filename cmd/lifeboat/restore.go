@@ -123,7 +123,7 @@ func runRestore(ctx context.Context, o *restoreOptions) error {
 		o.kube.restored(ctx, log, res.Step, time.Since(t0).Seconds())
 		return nil
 	}
-	r, err := restoreLatestEvery(ctx, s, o.dir, o.ranks, o.workers, all, log, o.common.stderr, o.interval)
+	r, _, err := restoreLatestEvery(ctx, s, o.dir, o.ranks, o.workers, all, log, o.common.stderr, o.interval)
 	if serr := stopped("restore", err); serr != nil {
 		return serr
 	}

@@ -285,6 +285,7 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 		} else {
 			m.SetResume("none", -1, p.resumeSeconds)
 		}
+		m.SetFreshStartOverProgress(p.freshOverProgress)
 		go p.agent.Run(bg)
 		go feedMetrics(bg, m, p, time.Second)
 	}

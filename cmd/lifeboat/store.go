@@ -215,7 +215,7 @@ var (
 )
 
 func (o *rankOptions) register(fs *flag.FlagSet) {
-	fs.IntVar(&o.rank, "rank", -1, "this pod's rank (default: "+strings.Join(rankVars, ", else ")+", else 0)")
+	fs.IntVar(&o.rank, "rank", -1, "this pod's rank (default: "+strings.Join(rankVars, ", else ")+", else 0 with a world size of 1; a larger world size needs one)")
 	fs.IntVar(&o.worldSize, "world-size", -1, "number of ranks, one per pod (default: "+strings.Join(worldSizeVars, ", else ")+", else 1)")
 }
 
@@ -246,11 +246,17 @@ func (o *rankOptions) withDefaults(getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	if o.rank < 0 {
-		o.rank, rankFrom = 0, "the default"
-	}
 	if o.worldSize < 0 {
 		o.worldSize, sizeFrom = 1, "the default"
+	}
+	if o.rank < 0 {
+		if o.worldSize > 1 {
+			// Every pod would run as rank 0 and their checkpoints would
+			// be stored as revisions of one another's.
+			return usageError{fmt.Errorf("world size %d (from %s) but no rank: set --rank (LIFEBOAT_RANK), or one of %s, to this pod's rank; every pod of the job must have its own",
+				o.worldSize, sizeFrom, strings.Join(rankVars, ", "))}
+		}
+		o.rank, rankFrom = 0, "the default"
 	}
 	if o.worldSize < 1 || o.rank >= o.worldSize {
 		return fmt.Errorf("rank %d (from %s) of world size %d (from %s): --rank (LIFEBOAT_RANK) must be below --world-size (LIFEBOAT_WORLD_SIZE); "+

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -105,11 +106,12 @@ func logLines(stderr, msg string) []map[string]any {
 // 5031, then comes back with one rank. With --restore-ranks all that rank
 // restores both old ranks' files of step 5031, each under its rank's
 // directory, and is told where. Without it, it says at WARN that the store
-// holds steps of world size 2 only, starts fresh, and commits steps 10, 20
-// and 30 with --keep 3, pruning after each commit: none of the new run's
-// steps is ever deleted (on the code before, each was deleted right after
-// it landed, to keep the old run's higher-numbered steps), and after the
-// third the old run's steps are gone.
+// holds steps of world size 2 only, starts fresh (a new line of work), and
+// commits steps 10, 20 and 30 with --keep 3, pruning after each commit:
+// none of the new run's steps is ever deleted, and neither is any step of
+// the old job, another line of another world size (issue row 2: on the
+// code before, the 1-rank run's prune deleted them after three commits).
+// lifeboat prune by hand then deletes the old line's steps, naming it.
 func TestWorldSizeChange(t *testing.T) {
 	for _, sk := range storeKinds() {
 		t.Run(sk.name, func(t *testing.T) {
@@ -210,8 +212,26 @@ func TestWorldSizeChange(t *testing.T) {
 			for _, e := range lsJSON(t, env, url) {
 				steps = append(steps, fmt.Sprintf("%d/%d:%v", e.Step, e.WorldSize, e.Complete))
 			}
+			// The old job's steps are another line's, of another world
+			// size: the new run's prune never touches them.
+			if want := []string{"10/1:true", "20/1:true", "30/1:true", "5020/2:true", "5030/2:true", "5031/2:true"}; !slices.Equal(steps, want) {
+				t.Errorf("store holds %v, want %v: the new run's own three and every step of the old job", steps, want)
+			}
+			// lifeboat prune by hand deletes what it is asked, and says
+			// which lines it deletes from.
+			code, out := runLifeboat(t, env, "prune", "--store", url, "--keep", "3", "--dry-run")
+			if code != 0 || !regexp.MustCompile(`would delete from line [0-9a-f]{16}: steps \[5020 5030 5031\]`).MatchString(out) {
+				t.Errorf("lifeboat prune --dry-run: exit %d\n%s\nwant it to name the old job's line and steps", code, out)
+			}
+			if code, out := runLifeboat(t, env, "prune", "--store", url, "--keep", "3"); code != 0 || !strings.Contains(out, "deleted from line ") {
+				t.Errorf("lifeboat prune: exit %d\n%s", code, out)
+			}
+			steps = nil
+			for _, e := range lsJSON(t, env, url) {
+				steps = append(steps, fmt.Sprintf("%d/%d:%v", e.Step, e.WorldSize, e.Complete))
+			}
 			if want := []string{"10/1:true", "20/1:true", "30/1:true"}; !slices.Equal(steps, want) {
-				t.Errorf("store holds %v, want %v (the newest three in time)", steps, want)
+				t.Errorf("after lifeboat prune --keep 3 the store holds %v, want %v (the line committed last)", steps, want)
 			}
 		})
 	}
