@@ -18,7 +18,7 @@ func (l *loop) beginFlush() {
 		return
 	}
 	stopped := l.stopping
-	end, limit := time.Now().Add(l.cfg.AfterExitTimeout), l.cfg.AfterExitTimeout.String()
+	end, limit := l.cfg.Clock.Now().Add(l.cfg.AfterExitTimeout), l.cfg.AfterExitTimeout.String()
 	if stopped {
 		end, limit = l.graceEnd.Add(-ExitMargin), "the grace period"
 	}
@@ -52,7 +52,7 @@ func (l *loop) endFlush(err error) {
 func (l *loop) startHook(cancel context.CancelFunc, end time.Time, limit string) {
 	l.cancelHook = cancel
 	l.hookEndAt, l.hookLimit = end, limit
-	l.hookEnd.set(time.Until(end))
+	l.hookEnd.set(end.Sub(l.cfg.Clock.Now()))
 }
 
 // boundHook brings the end of the hook in flight forward to end, when that
@@ -64,7 +64,7 @@ func (l *loop) boundHook(end time.Time, limit string) {
 		return
 	}
 	l.hookEndAt, l.hookLimit = end, limit
-	l.hookEnd.set(time.Until(end))
+	l.hookEnd.set(end.Sub(l.cfg.Clock.Now()))
 }
 
 // endHook forgets the hook in flight and ends its context.
