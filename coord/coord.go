@@ -113,6 +113,7 @@ type local struct {
 type Coordinator struct {
 	cfg   Config
 	begin chan local
+	check chan chan struct{}
 	once  sync.Once
 	peer  chan Stop
 
@@ -146,7 +147,7 @@ func New(cfg Config) (*Coordinator, error) {
 			return nil, fmt.Errorf("coord: remove an earlier run's stop files: %w", err)
 		}
 	}
-	return &Coordinator{cfg: cfg, begin: make(chan local, 1), peer: make(chan Stop, 1), stored: make(chan struct{}), warned: map[string]bool{}, future: map[string]bool{}}, nil
+	return &Coordinator{cfg: cfg, begin: make(chan local, 1), check: make(chan chan struct{}), peer: make(chan Stop, 1), stored: make(chan struct{}), warned: map[string]bool{}, future: map[string]bool{}}, nil
 }
 
 // Begin says a stop began on this rank (a signal, a cloud notice, the
@@ -158,6 +159,25 @@ func (c *Coordinator) Begin(reason string, deadline time.Time) {
 		c.begun.Store(true)
 		c.begin <- local{reason: reason, deadline: deadline, at: c.cfg.Now()}
 	})
+}
+
+// Check looks at the store now, between the Interval's looks, for
+// another rank's stop, and follows one it finds as a look at the Interval
+// would (Peer delivers it). It returns the job-wide stop this lifeboat
+// takes part in, as Joined does, once the look is done or ctx has ended.
+// A trainer whose collective failed because a peer left has usually
+// failed before this rank's next look.
+func (c *Coordinator) Check(ctx context.Context) (Stop, bool) {
+	reply := make(chan struct{})
+	select {
+	case c.check <- reply:
+		select {
+		case <-reply:
+		case <-ctx.Done():
+		}
+	case <-ctx.Done():
+	}
+	return c.Joined()
 }
 
 // Peer delivers the other rank's stop that this rank must follow; at
@@ -220,6 +240,11 @@ func (c *Coordinator) Run(ctx context.Context) {
 			c.beginLocal(ctx, l)
 		case <-tick.C:
 			c.tick(ctx)
+		case reply := <-c.check:
+			if c.phase == watching {
+				c.watch(ctx)
+			}
+			close(reply)
 		case <-polling:
 			c.readRequest(ctx)
 		}

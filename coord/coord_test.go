@@ -619,3 +619,38 @@ func TestFutureStops(t *testing.T) {
 		}
 	})
 }
+
+// TestCheck: Check finds another rank's stop at once, between the looks
+// at the Interval (an hour here), and follows it: Peer delivers it and
+// Joined names it. With no stop in the store it finds none.
+func TestCheck(t *testing.T) {
+	eachStore(t, func(t *testing.T, st storage.Store) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer cancel()
+		c, err := New(Config{Store: st, Rank: 1, WorldSize: 2, Interval: time.Hour, Started: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { c.Run(ctx) })
+		if s, ok := c.Check(ctx); ok {
+			t.Fatalf("Check found %+v in an empty store", s)
+		}
+		if _, err := Write(ctx, st, Stop{Rank: 0, Reason: "SIGTERM", Written: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		s, ok := c.Check(ctx)
+		if !ok || s.Rank != 0 || s.Reason != "SIGTERM" {
+			t.Fatalf("Check = %+v, %v; want rank 0's SIGTERM", s, ok)
+		}
+		select {
+		case p := <-c.Peer():
+			if p.ID != s.ID {
+				t.Errorf("Peer delivered %+v, want %+v", p, s)
+			}
+		default:
+			t.Error("Peer delivered nothing")
+		}
+	})
+}

@@ -132,17 +132,32 @@ type Config struct {
 	// still open for writing then is an interrupted save. It must not
 	// block.
 	BeforeKill func(at time.Time)
-	// JobWideStop, when set, is asked once, after AfterExit, when lifeboat
-	// SIGKILLed the trainer during a stop (at the grace deadline, or at a
-	// second SIGINT; not when another, such as the OOM killer, killed it):
-	// it names the job-wide stop this
+	// JobWideStop, when set, is asked once, after AfterExit, when the
+	// trainer failed during a stop (a non-zero code, or a SIGKILL lifeboat
+	// sent at the grace deadline or at a second SIGINT; not one another,
+	// such as the OOM killer, sent): it names the job-wide stop this
 	// lifeboat took part in ("rank 1: SIGTERM"), or returns "" when the
-	// stop was this pod's alone. A trainer blocked in a collective whose
-	// peer has gone can only be stopped that way, so with a name lifeboat
-	// exits with PreemptExitCode instead of 137 (unless PreemptChild), and
-	// the Job retries every rank instead of counting a failure. It must
-	// not block.
+	// stop was this pod's alone. A trainer whose collective failed when a
+	// peer left, or that was blocked in one and SIGKILLed, ended because
+	// of the stop, so with a name lifeboat exits with PreemptExitCode
+	// (unless PreemptChild), and the Job retries every rank instead of
+	// counting a failure. It must not block.
 	JobWideStop func() string
+	// PeerStop, when set, is asked when the trainer failed (a non-zero
+	// code or a signal) and its tree is gone, with no stop in progress:
+	// it looks now for a job-wide stop another rank began (a collective
+	// fails as soon as a peer leaves, often before this rank has seen the
+	// peer's stop) and names it ("rank 0: SIGTERM"), or returns "". With
+	// a name the failure is part of that stop: no restart, the final
+	// upload under the grace budget, and JobWideStop is asked at the
+	// exit. It runs in its own goroutine and must return when its context
+	// ends (10s).
+	PeerStop func(ctx context.Context) string
+	// OnFailure, when set, is told when the trainer failed for good: no
+	// stop in progress, none found by PeerStop, no restart left; reason
+	// says how it ended. The other ranks of the job are to stop too. It
+	// must not block.
+	OnFailure func(reason string)
 }
 
 // Memory is what the supervisor needs of the trainer's memory cgroup.

@@ -74,7 +74,7 @@ func (l *loop) endHook() {
 		l.cancelHook = nil
 	}
 	l.hookEnd.stop()
-	l.restartDone, l.flushDone = nil, nil
+	l.restartDone, l.flushDone, l.checkDone = nil, nil, nil
 }
 
 // hookOverdue runs when the hook in flight has used up its time. PID 1
@@ -105,6 +105,14 @@ func (l *loop) hookOverdue() {
 		l.flushErr = fmt.Errorf("the final upload did not run: the commit before the restart did not end within %s", l.hookLimit)
 		l.cfg.Log.Error("supervisor.restart_failed", "err", errors.New("the commit before the restart did not return"),
 			"effect", "exiting without the final upload")
+	case phaseChecking:
+		select {
+		case stop := <-l.checkDone:
+			l.endCheck(stop)
+		default:
+			l.endCheck("")
+		}
+		return
 	default:
 		return
 	}

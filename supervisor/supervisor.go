@@ -22,6 +22,7 @@ type phase int
 
 const (
 	phaseRunning    phase = iota // the trainer, or what is left of its tree, runs
+	phaseChecking                // the trainer failed; PeerStop looks for a job-wide stop
 	phaseBackoff                 // the tree is gone; waiting before a restart
 	phaseRestarting              // BeforeRestart runs
 	phaseFlushing                // AfterExit (the final upload) runs
@@ -32,6 +33,8 @@ func (p phase) String() string {
 	switch p {
 	case phaseRunning:
 		return "running"
+	case phaseChecking:
+		return "checking"
 	case phaseBackoff:
 		return "backoff"
 	case phaseRestarting:
@@ -86,6 +89,7 @@ type loop struct {
 	hookLimit    string // "the grace period", or the timeout
 	restartDone  chan restartResult
 	flushDone    chan error
+	checkDone    chan string
 	restartEnded bool // a stop cancelled the BeforeRestart in flight
 }
 
@@ -226,6 +230,8 @@ func (l *loop) run(ctx context.Context, sigs <-chan os.Signal) error {
 			l.endRestart(r)
 		case err := <-l.flushDone:
 			l.endFlush(err)
+		case stop := <-l.checkDone:
+			l.endCheck(stop)
 		case <-l.hookEnd.c():
 			l.hookEnd.stop()
 			l.hookOverdue()
@@ -260,11 +266,11 @@ func (l *loop) step() {
 		// The trainer and its whole tree are gone: their deadlines with them.
 		l.kill.stop()
 		l.killWait.stop()
-		if l.shouldRestart() {
-			l.beginBackoff()
+		if !l.stopping && l.failed() && l.cfg.PeerStop != nil {
+			l.beginCheck()
 			return
 		}
-		l.beginFlush()
+		l.afterTrainer()
 	case phaseBackoff:
 		if l.stopping {
 			l.backoff.stop()
@@ -675,13 +681,19 @@ func (l *loop) finish() error {
 	return &ExitError{Status: l.childStatus, Started: true, Preempted: preempted, Code: code}
 }
 
-// jobWideStop names the job-wide stop that makes a trainer lifeboat
-// SIGKILLed during a stop a preemption (Config.JobWideStop); "" when it is
-// not one. A trainer killed by another (the OOM killer) stays a failure.
+// jobWideStop names the job-wide stop that makes a trainer that failed
+// during a stop a preemption (Config.JobWideStop); "" when it is not one.
+// Once a rank takes part in a job-wide stop, a trainer that fails (a
+// collective whose peer left) or that lifeboat SIGKILLed at the grace
+// deadline (blocked in such a collective) ended because of it. A trainer
+// killed by another (the OOM killer) stays a failure.
 func (l *loop) jobWideStop() string {
 	ws := l.childStatus
-	if !l.childDone || !l.stopping || !l.killedMain || !ws.Signaled() || ws.Signal() != unix.SIGKILL ||
+	if !l.childDone || !l.stopping || !l.failed() || l.oomKilled ||
 		l.cfg.JobWideStop == nil || l.cfg.PreemptExitCode == PreemptChild {
+		return ""
+	}
+	if ws.Signaled() && ws.Signal() == unix.SIGKILL && !l.killedMain {
 		return ""
 	}
 	return l.cfg.JobWideStop()

@@ -91,6 +91,26 @@ func (j *jobStop) begin(end time.Time) {
 	j.c.Begin(j.reason(), end)
 }
 
+// check is the supervisor's PeerStop: after the trainer failed with no
+// stop in progress, it looks at the store now for another rank's stop
+// and names it ("rank 0: SIGTERM"), "" when there is none.
+func (j *jobStop) check(ctx context.Context) string {
+	s, ok := j.c.Check(ctx)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("rank %d: %s", s.Rank, s.Reason)
+}
+
+// fail is the supervisor's OnFailure: the trainer failed for good, and
+// the stop record written for it stops the other ranks instead of leaving
+// them blocked in a collective until its timeout.
+func (j *jobStop) fail(reason string) {
+	j.log.Warn("coord.trainer_failed", "reason", reason,
+		"effect", "a stop record is written: every other rank stops too instead of waiting in a collective for its timeout")
+	j.c.Begin(reason, time.Time{})
+}
+
 // merge relays the cloud notices (recording the last, for the reason) and
 // the stop of another rank, as a notice with no deadline.
 func (j *jobStop) merge(ctx context.Context, cloud <-chan supervisor.Notice) <-chan supervisor.Notice {
@@ -168,10 +188,10 @@ func (j *jobStop) settle(ctx context.Context) {
 
 // joined names the job-wide stop this rank took part in ("rank 1:
 // SIGTERM"), "" when there was none: the supervisor's JobWideStop, asked
-// when lifeboat SIGKILLed the trainer during a stop. A rank blocked in a
-// collective whose peer is gone can only be stopped that way, and the
+// when the trainer failed during a stop (its collective failed when a
+// peer left, or it was blocked in one and SIGKILLed at the deadline). The
 // Job must retry the whole gang instead of counting a failure, so
-// lifeboat then exits with the preemption code, not 137.
+// lifeboat then exits with the preemption code.
 func (j *jobStop) joined() string {
 	if j == nil {
 		return ""
@@ -181,6 +201,6 @@ func (j *jobStop) joined() string {
 		return ""
 	}
 	j.log.Warn("coord.exit_as_preemption", "stop_id", s.ID, "from_rank", s.Rank, "reason", s.Reason,
-		"effect", "lifeboat exits with the preemption code, and the Job retries every rank (in a job-wide stop a trainer blocked in a collective is SIGKILLed at its grace deadline)")
+		"effect", "lifeboat exits with the preemption code, and the Job retries every rank (in a job-wide stop a trainer fails when a peer leaves its collective, or blocks in it until SIGKILLed at its grace deadline)")
 	return fmt.Sprintf("rank %d: %s", s.Rank, s.Reason)
 }

@@ -292,6 +292,9 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 		cfg.OnReap = p.agent.Reaped
 		cfg.BeforeKill = p.agent.Killing
 		cfg.JobWideStop = js.joined
+		if js != nil {
+			cfg.PeerStop, cfg.OnFailure = js.check, js.fail
+		}
 		if p.resume != nil {
 			m.SetResume(p.resumeSource, p.resume.Step, p.resumeSeconds)
 		} else {
