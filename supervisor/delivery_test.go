@@ -102,10 +102,20 @@ func (k *killLog) kill(pid int, sig unix.Signal) error {
 	return unix.Kill(pid, sig)
 }
 
-func (k *killLog) list() []string {
+// list returns what was sent to the pids given (the test's trainer
+// tree), in order: processes other tests left to this test binary, a
+// subreaper, may be sent signals too.
+func (k *killLog) list(pids ...int) []string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return slices.Clone(k.sent)
+	var out []string
+	for _, s := range k.sent {
+		var pid int
+		if _, err := fmt.Sscanf(s, "%d:", &pid); err == nil && (slices.Contains(pids, pid) || slices.Contains(pids, -pid)) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // waitFor polls cond until it holds.
@@ -176,7 +186,7 @@ func TestStopDeliveryEscalation(t *testing.T) {
 			})
 			in <- unix.SIGTERM
 			waitLog(t, logs, "supervisor.stopping", done) // logged once the timers are armed
-			if got, want := k.list(), tc.atStop(main, worker); !slices.Equal(got, want) {
+			if got, want := k.list(main, worker, helper), tc.atStop(main, worker); !slices.Equal(got, want) {
 				t.Fatalf("at the SIGTERM sent %v, want %v", got, want)
 			}
 			// The deadline, and with MainFirst the tree's TERM at half the
@@ -189,15 +199,15 @@ func TestStopDeliveryEscalation(t *testing.T) {
 				t.Fatalf("timers armed at the stop: %v, want %v", got, armed)
 			}
 			clock.advance(grace/2 - time.Millisecond) // fires nothing
-			if got, want := k.list(), tc.atStop(main, worker); !slices.Equal(got, want) {
+			if got, want := k.list(main, worker, helper), tc.atStop(main, worker); !slices.Equal(got, want) {
 				t.Fatalf("before half the budget sent %v, want still %v", got, want)
 			}
 			clock.advance(time.Millisecond)
 			want := append(tc.atStop(main, worker), tc.atShare(main, worker)...)
 			if len(want) > 1 {
-				waitFor(t, "the worker's TERM", func() bool { return len(k.list()) >= len(want) })
+				waitFor(t, "the worker's TERM", func() bool { return len(k.list(main, worker, helper)) >= len(want) })
 			}
-			if got := k.list(); !slices.Equal(got, want) {
+			if got := k.list(main, worker, helper); !slices.Equal(got, want) {
 				t.Fatalf("at half the budget sent %v, want %v", got, want)
 			}
 			clock.advance(grace / 2)
@@ -206,7 +216,7 @@ func TestStopDeliveryEscalation(t *testing.T) {
 			if !errors.As(err, &ee) || ee.Code != 137 || !ee.Preempted {
 				t.Fatalf("Run = %v, want 137 (killed at the deadline), preempted", err)
 			}
-			got := k.list()
+			got := k.list(main, worker, helper)
 			for _, want := range []string{fmt.Sprintf("%d:KILL", -main), fmt.Sprintf("%d:KILL", worker), fmt.Sprintf("%d:KILL", helper)} {
 				if !slices.Contains(got, want) {
 					t.Errorf("sent %v, want %s at the deadline", got, want)
@@ -256,7 +266,7 @@ func TestStopDeliveryMainExits(t *testing.T) {
 		t.Fatalf("Run = %v, want 143, preempted", err)
 	}
 	want := []string{fmt.Sprintf("%d:TERM", main), fmt.Sprintf("%d:TERM", worker), fmt.Sprintf("%d:TERM", helper)}
-	if got := k.list(); !slices.Equal(got, want) {
+	if got := k.list(main, worker, helper); !slices.Equal(got, want) {
 		t.Errorf("sent %v, want TERM to the main process, then to the worker, then to its helper", got)
 	}
 }
