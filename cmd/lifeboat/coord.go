@@ -16,6 +16,7 @@ import (
 
 	"github.com/lifeboat-project/lifeboat/coord"
 	"github.com/lifeboat-project/lifeboat/signals"
+	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
 
@@ -79,6 +80,31 @@ func (o *coordOptions) start(ctx context.Context, cfg *supervisor.Config, p *pip
 	cfg.Notices = j.merge(ctx, cfg.Notices)
 	cfg.Env = supervisor.MergeEnv(cfg.Env, []string{"LIFEBOAT_STOP_FILE=" + filepath.Join(p.dir, coord.StopFile)})
 	return j, nil
+}
+
+// stoppedDuringStartup writes the stop record of a stop that came while
+// this rank was still starting (restoring its checkpoint), so that the
+// other ranks, which may be training already, stop too instead of waiting
+// in a collective for this rank. It does nothing for one rank, with the
+// job-wide stop off, or before the store was opened (nothing can be
+// written then); it waits for the store at most half the grace.
+func (o *coordOptions) stoppedDuringStartup(st storage.Store, ro rankOptions, sig unix.Signal, grace time.Duration, log *slog.Logger) {
+	if st == nil || ro.worldSize < 2 || o.interval == 0 {
+		return
+	}
+	reason := "stopped during start-up (store open and restore)"
+	if sig != 0 {
+		reason = "SIG" + signals.Name(sig) + " during start-up (store open and restore)"
+	}
+	host, _ := os.Hostname()
+	ctx, cancel := context.WithTimeout(context.Background(), min(grace/2, 10*time.Second))
+	defer cancel()
+	s, err := coord.Write(ctx, st, coord.Stop{Rank: ro.rank, Host: host, Reason: reason, Written: time.Now()})
+	if err != nil {
+		log.Warn("coord.stop_not_stored", "err", err, "effect", "the other ranks are not stopped through the store")
+		return
+	}
+	log.Info("coord.stop_written", "stop_id", s.ID, "rank", s.Rank, "host", s.Host, "reason", s.Reason, "effect", "every other rank stops too")
 }
 
 // begin writes the stop record of a stop that begins on this rank (a

@@ -201,6 +201,7 @@ func runRun(ctx context.Context, o *runOptions) error {
 	}
 	p, err := newPipeline(ctx, &o.store, &o.checkpoint, o.ranks, log, o.common.stderr)
 	if code, stopped := stoppedDuringStartup(startup, "store open and restore", err, log, cfg.TerminationLog, cfg.TerminationLogCreate, preemptCode); stopped {
+		o.coord.stoppedDuringStartup(o.store.opened, o.ranks, startup.stop(), cfg.Grace, log)
 		return &codeError{code: code}
 	}
 	if err != nil {
