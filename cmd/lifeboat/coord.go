@@ -107,6 +107,35 @@ func (o *coordOptions) stoppedDuringStartup(st storage.Store, ro rankOptions, si
 	log.Info("coord.stop_written", "stop_id", s.ID, "rank", s.Rank, "host", s.Host, "reason", s.Reason, "effect", "every other rank stops too")
 }
 
+// startSidecar is the sidecar's part in the job-wide stop when it applies
+// (more than one rank, --coord-interval above 0), nil otherwise. The
+// sidecar writes a stop record on its own stop (beginWith), and follows
+// another rank's: the trainer, in another container, learns of it from the
+// stop file in --dir (lifeboat.stop_requested(), LIFEBOAT_STOP_FILE) and
+// saves; the sidecar uploads until its own stop, as before.
+func (o *coordOptions) startSidecar(ctx context.Context, p *pipeline, log *slog.Logger) (*jobStop, error) {
+	if p.ranks.worldSize < 2 || o.interval == 0 {
+		return nil, nil
+	}
+	host, _ := os.Hostname()
+	c, err := coord.New(coord.Config{Store: p.store, Rank: p.ranks.rank, WorldSize: p.ranks.worldSize, Host: host,
+		Interval: o.interval, Started: processStarted, Dir: p.dir, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	go c.Run(ctx) // a peer's stop: the stop file and coord.stop_seen; nothing to signal
+	return &jobStop{c: c, log: log}, nil
+}
+
+// beginWith writes the stop record of a stop that begins on this rank for
+// reason, whose grace budget ends at end.
+func (j *jobStop) beginWith(reason string, end time.Time) {
+	if j == nil {
+		return
+	}
+	j.c.Begin(reason, end)
+}
+
 // begin writes the stop record of a stop that begins on this rank (a
 // signal, a notice, the maximum runtime), for the other ranks to follow;
 // only the first call counts. It is the supervisor's OnStop.
