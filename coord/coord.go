@@ -113,6 +113,7 @@ type local struct {
 type Coordinator struct {
 	cfg   Config
 	begin chan local
+	check chan chan struct{}
 	once  sync.Once
 	peer  chan Stop
 
@@ -131,6 +132,7 @@ type Coordinator struct {
 	hasReq    bool
 	published string // the report key stored
 	warned    map[string]bool
+	future    map[string]bool // records stamped in the future when first seen: never followed
 }
 
 // New checks cfg and removes the files an earlier run left in cfg.Dir
@@ -145,7 +147,7 @@ func New(cfg Config) (*Coordinator, error) {
 			return nil, fmt.Errorf("coord: remove an earlier run's stop files: %w", err)
 		}
 	}
-	return &Coordinator{cfg: cfg, begin: make(chan local, 1), peer: make(chan Stop, 1), stored: make(chan struct{}), warned: map[string]bool{}}, nil
+	return &Coordinator{cfg: cfg, begin: make(chan local, 1), check: make(chan chan struct{}), peer: make(chan Stop, 1), stored: make(chan struct{}), warned: map[string]bool{}, future: map[string]bool{}}, nil
 }
 
 // Begin says a stop began on this rank (a signal, a cloud notice, the
@@ -157,6 +159,25 @@ func (c *Coordinator) Begin(reason string, deadline time.Time) {
 		c.begun.Store(true)
 		c.begin <- local{reason: reason, deadline: deadline, at: c.cfg.Now()}
 	})
+}
+
+// Check looks at the store now, between the Interval's looks, for
+// another rank's stop, and follows one it finds as a look at the Interval
+// would (Peer delivers it). It returns the job-wide stop this lifeboat
+// takes part in, as Joined does, once the look is done or ctx has ended.
+// A trainer whose collective failed because a peer left has usually
+// failed before this rank's next look.
+func (c *Coordinator) Check(ctx context.Context) (Stop, bool) {
+	reply := make(chan struct{})
+	select {
+	case c.check <- reply:
+		select {
+		case <-reply:
+		case <-ctx.Done():
+		}
+	case <-ctx.Done():
+	}
+	return c.Joined()
 }
 
 // Peer delivers the other rank's stop that this rank must follow; at
@@ -219,6 +240,11 @@ func (c *Coordinator) Run(ctx context.Context) {
 			c.beginLocal(ctx, l)
 		case <-tick.C:
 			c.tick(ctx)
+		case reply := <-c.check:
+			if c.phase == watching {
+				c.watch(ctx)
+			}
+			close(reply)
 		case <-polling:
 			c.readRequest(ctx)
 		}
@@ -248,13 +274,23 @@ func (c *Coordinator) tick(ctx context.Context) {
 }
 
 // valid returns the ids that count for this lifeboat, oldest first: see
-// the package doc.
+// the package doc. A record stamped later than now by more than the
+// clock skew is an earlier run's, from a node whose clock was ahead: it
+// is logged once and never counts, not even once real time has passed
+// its stamp.
 func (c *Coordinator) valid(ids []string) []string {
 	cut := c.cfg.Started.Add(-c.cfg.ClockSkew)
+	now := c.cfg.Now()
 	var out []string
 	for _, id := range ids {
 		t, rank, ok := parseStopID(id)
-		if !ok || t.Before(cut) || rank == c.cfg.Rank && id != c.own.ID {
+		if !ok || t.Before(cut) || rank == c.cfg.Rank && id != c.own.ID || c.future[id] {
+			continue
+		}
+		if ahead := t.Sub(now); ahead > c.cfg.ClockSkew {
+			c.future[id] = true
+			c.cfg.Log.Warn("coord.stop_from_future", "stop_id", id, "from_rank", rank, "ahead", ahead.Round(time.Millisecond).String(),
+				"effect", "ignored: an earlier run's record from a node whose clock was ahead; rank 0 deletes it when it starts")
 			continue
 		}
 		out = append(out, id)
@@ -471,16 +507,19 @@ func (c *Coordinator) failed(op string, err error) bool {
 }
 
 // cleanup deletes the records and steps of earlier runs: those written
-// more than keepEarlier before this lifeboat started.
+// more than keepEarlier before this lifeboat started, and those stamped
+// later than now by more than the clock skew (by a node whose clock was
+// ahead).
 func (c *Coordinator) cleanup(ctx context.Context) {
 	cut := c.cfg.Started.Add(-keepEarlier)
+	future := c.cfg.Now().Add(c.cfg.ClockSkew)
 	var keys []string
 	for _, prefix := range []string{StopPrefix, StepsPrefix} {
 		lctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 		err := c.cfg.Store.List(lctx, prefix, func(oi storage.ObjectInfo) error {
 			id, _, _ := strings.Cut(strings.TrimPrefix(oi.Key, prefix), "/")
 			id = strings.TrimSuffix(id, ".json")
-			if t, _, ok := parseStopID(id); ok && t.Before(cut) {
+			if t, _, ok := parseStopID(id); ok && (t.Before(cut) || t.After(future)) {
 				keys = append(keys, oi.Key)
 			}
 			return nil
@@ -503,6 +542,6 @@ func (c *Coordinator) cleanup(ctx context.Context) {
 		deleted++
 	}
 	if deleted > 0 {
-		c.cfg.Log.Info("coord.cleaned", "deleted", deleted, "written_before", cut.Format(time.RFC3339))
+		c.cfg.Log.Info("coord.cleaned", "deleted", deleted, "written_before", cut.Format(time.RFC3339), "written_after", future.Format(time.RFC3339))
 	}
 }

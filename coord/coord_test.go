@@ -589,3 +589,85 @@ func TestSettle(t *testing.T) {
 		t.Fatalf("Settle on a follower: %v", err)
 	}
 }
+
+// TestFutureStops: a stop record stamped half an hour ahead (an earlier
+// run on a node whose clock was ahead) does not stop a new run, is logged
+// once as such, and rank 0 deletes it when it starts; a real stop written
+// meanwhile is followed.
+func TestFutureStops(t *testing.T) {
+	eachStore(t, func(t *testing.T, st storage.Store) {
+		ctx := context.Background()
+		started := time.Now()
+		ahead, err := Write(ctx, st, Stop{Rank: 2, Reason: "SIGTERM of an earlier run", Written: started.Add(30 * time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := putJSON(ctx, st, agreedKey(ahead.ID), Agreed{Step: 7}, true); err != nil {
+			t.Fatal(err)
+		}
+		rs := startRanks(t, st, 3, started, time.Minute, 1)
+		eventually(t, "coord.stop_from_future logged", func() bool { return len(rs[0].log.records("coord.stop_from_future")) > 0 })
+		if _, err := Write(ctx, st, Stop{Rank: 2, Reason: "SIGTERM", Written: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case s := <-rs[0].Peer():
+			if s.Reason != "SIGTERM" {
+				t.Errorf("stopped by %+v, want the new SIGTERM", s)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a stop written during the run was not seen")
+		}
+		if n := len(rs[0].log.records("coord.stop_from_future")); n != 1 {
+			t.Errorf("coord.stop_from_future logged %d times, want once", n)
+		}
+		rs = append(rs, startRanks(t, st, 3, started, time.Minute, 0)...)
+		eventually(t, "rank 0 deletes the record from the future", func() bool {
+			gone := true
+			_ = st.List(ctx, "coord/", func(oi storage.ObjectInfo) error {
+				gone = gone && !strings.Contains(oi.Key, ahead.ID)
+				return nil
+			})
+			return gone
+		})
+		eventually(t, "coord.cleaned logged", func() bool { return len(rs[1].log.records("coord.cleaned")) == 1 })
+		if c := rs[1].log.records("coord.cleaned"); c[0]["deleted"] != 2.0 {
+			t.Errorf("coord.cleaned records %v, want 2 deleted (the record and its step)", c)
+		}
+	})
+}
+
+// TestCheck: Check finds another rank's stop at once, between the looks
+// at the Interval (an hour here), and follows it: Peer delivers it and
+// Joined names it. With no stop in the store it finds none.
+func TestCheck(t *testing.T) {
+	eachStore(t, func(t *testing.T, st storage.Store) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer cancel()
+		c, err := New(Config{Store: st, Rank: 1, WorldSize: 2, Interval: time.Hour, Started: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { c.Run(ctx) })
+		if s, ok := c.Check(ctx); ok {
+			t.Fatalf("Check found %+v in an empty store", s)
+		}
+		if _, err := Write(ctx, st, Stop{Rank: 0, Reason: "SIGTERM", Written: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		s, ok := c.Check(ctx)
+		if !ok || s.Rank != 0 || s.Reason != "SIGTERM" {
+			t.Fatalf("Check = %+v, %v; want rank 0's SIGTERM", s, ok)
+		}
+		select {
+		case p := <-c.Peer():
+			if p.ID != s.ID {
+				t.Errorf("Peer delivered %+v, want %+v", p, s)
+			}
+		default:
+			t.Error("Peer delivered nothing")
+		}
+	})
+}

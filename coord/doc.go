@@ -35,8 +35,14 @@
 // number but not by this lifeboat (a replaced pod's predecessor) does not
 // count: it is not a peer.
 //
+// A record stamped later than the time it is seen by more than ClockSkew
+// was written by a node whose clock was ahead, in an earlier run (a
+// record of this run cannot be from the future): it never counts, not
+// even once real time passes its stamp, and is logged once.
+//
 // Rank 0 deletes records written more than a minute before it started
-// (an earlier run's), so the listing stays one page. The minute leaves
+// (an earlier run's), and those stamped in the future by more than
+// ClockSkew when it starts, so the listing stays one page. The minute leaves
 // every rank that was running then time to see a record written while
 // rank 0 was starting.
 //

@@ -276,3 +276,15 @@ func TestLinkFlagInEveryBuild(t *testing.T) {
 		t.Errorf("the go command links lifeboat with GODEBUG defaults %q, which LinkFlag replaces; add them to LinkFlag's value", def)
 	}
 }
+
+func TestParseDelivery(t *testing.T) {
+	for _, d := range []Delivery{MainFirst, Group, MainOnly} {
+		got, err := ParseDelivery(d.String())
+		if err != nil || got != d {
+			t.Errorf("ParseDelivery(%q) = %v, %v", d.String(), got, err)
+		}
+	}
+	if _, err := ParseDelivery("sideways"); err == nil || !strings.Contains(err.Error(), "main-first, group or main-only") {
+		t.Errorf("ParseDelivery(sideways) = %v, want an error naming the choices", err)
+	}
+}

@@ -32,6 +32,11 @@ type Config struct {
 	Rewrite signals.Rewrite
 	// ChildOnly sends signals to the direct child instead of its group.
 	ChildOnly bool
+	// StopDelivery says how a stop signal reaches the trainer's tree: by
+	// default (signals.MainFirst) the main process first, the rest of its
+	// tree when the main process has exited or TreeShare of the trainer's
+	// budget has passed. Signals that start no stop follow ChildOnly.
+	StopDelivery signals.Delivery
 	// PreemptExitCode is lifeboat's exit code when it received a stop signal
 	// and the child then exited 0. Zero means the default, 143;
 	// PreemptChild keeps the child's 0.
@@ -53,6 +58,9 @@ type Config struct {
 	Kill signals.KillFunc
 	// ProcRoot is where processes are listed. Default "/proc".
 	ProcRoot string
+	// Clock tells the time and makes the loop's timers (tests move one by
+	// hand). Default the system's clock.
+	Clock Clock
 
 	// Reserve, when set, is asked at the first stop signal how much of the
 	// grace budget to keep for after the trainer's tree has exited (the
@@ -124,17 +132,32 @@ type Config struct {
 	// still open for writing then is an interrupted save. It must not
 	// block.
 	BeforeKill func(at time.Time)
-	// JobWideStop, when set, is asked once, after AfterExit, when lifeboat
-	// SIGKILLed the trainer during a stop (at the grace deadline, or at a
-	// second SIGINT; not when another, such as the OOM killer, killed it):
-	// it names the job-wide stop this
+	// JobWideStop, when set, is asked once, after AfterExit, when the
+	// trainer failed during a stop (a non-zero code, or a SIGKILL lifeboat
+	// sent at the grace deadline or at a second SIGINT; not one another,
+	// such as the OOM killer, sent): it names the job-wide stop this
 	// lifeboat took part in ("rank 1: SIGTERM"), or returns "" when the
-	// stop was this pod's alone. A trainer blocked in a collective whose
-	// peer has gone can only be stopped that way, so with a name lifeboat
-	// exits with PreemptExitCode instead of 137 (unless PreemptChild), and
-	// the Job retries every rank instead of counting a failure. It must
-	// not block.
+	// stop was this pod's alone. A trainer whose collective failed when a
+	// peer left, or that was blocked in one and SIGKILLed, ended because
+	// of the stop, so with a name lifeboat exits with PreemptExitCode
+	// (unless PreemptChild), and the Job retries every rank instead of
+	// counting a failure. It must not block.
 	JobWideStop func() string
+	// PeerStop, when set, is asked when the trainer failed (a non-zero
+	// code or a signal) and its tree is gone, with no stop in progress:
+	// it looks now for a job-wide stop another rank began (a collective
+	// fails as soon as a peer leaves, often before this rank has seen the
+	// peer's stop) and names it ("rank 0: SIGTERM"), or returns "". With
+	// a name the failure is part of that stop: no restart, the final
+	// upload under the grace budget, and JobWideStop is asked at the
+	// exit. It runs in its own goroutine and must return when its context
+	// ends (10s).
+	PeerStop func(ctx context.Context) string
+	// OnFailure, when set, is told when the trainer failed for good: no
+	// stop in progress, none found by PeerStop, no restart left; reason
+	// says how it ended. The other ranks of the job are to stop too. It
+	// must not block.
+	OnFailure func(reason string)
 }
 
 // Memory is what the supervisor needs of the trainer's memory cgroup.
@@ -171,6 +194,13 @@ type RestartPolicy struct {
 // ExitMargin is kept free at the end of the grace budget so that lifeboat
 // exits by itself before the kubelet's SIGKILL.
 const ExitMargin = 500 * time.Millisecond
+
+// TreeShare is the share of the trainer's budget (the grace less the
+// final upload's reserve) after which, with signals.MainFirst, the rest of
+// the trainer's tree gets the stop signal when the main process has not
+// exited: the main process saves in the first half, and a launcher that
+// catches the signal without passing it on leaves its workers the second.
+const TreeShare = 0.5
 
 // CodeFlushFailed is lifeboat's exit code when the trainer exited 0 on its
 // own but its last checkpoint could not be made durable (EX_TEMPFAIL): the
@@ -216,6 +246,9 @@ func (c *Config) setDefaults() {
 	if c.ProcRoot == "" {
 		c.ProcRoot = "/proc"
 	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
 	if c.AfterExitTimeout == 0 {
 		c.AfterExitTimeout = c.Grace
 	}
@@ -240,6 +273,15 @@ func (c *Config) Validate() error {
 		if !signals.Forwardable(s) {
 			return fmt.Errorf("--stop-signals (LIFEBOAT_STOP_SIGNALS) names %s, which lifeboat cannot receive or forward", signals.Name(s))
 		}
+	}
+	switch c.StopDelivery {
+	case signals.MainFirst, signals.MainOnly:
+	case signals.Group:
+		if c.ChildOnly {
+			return errors.New("--stop-delivery group (LIFEBOAT_STOP_DELIVERY) sends stop signals to the trainer's process group, which --signal-child-only (LIFEBOAT_SIGNAL_CHILD_ONLY) forbids; use --stop-delivery main-only or main-first")
+		}
+	default:
+		return fmt.Errorf("--stop-delivery (LIFEBOAT_STOP_DELIVERY) is %s; use main-first, group or main-only", c.StopDelivery)
 	}
 	if c.MaxRuntime < 0 {
 		return fmt.Errorf("--max-runtime (LIFEBOAT_MAX_RUNTIME) is %s; it must be positive, for example 72h", c.MaxRuntime)

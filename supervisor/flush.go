@@ -18,7 +18,7 @@ func (l *loop) beginFlush() {
 		return
 	}
 	stopped := l.stopping
-	end, limit := time.Now().Add(l.cfg.AfterExitTimeout), l.cfg.AfterExitTimeout.String()
+	end, limit := l.cfg.Clock.Now().Add(l.cfg.AfterExitTimeout), l.cfg.AfterExitTimeout.String()
 	if stopped {
 		end, limit = l.graceEnd.Add(-ExitMargin), "the grace period"
 	}
@@ -52,7 +52,7 @@ func (l *loop) endFlush(err error) {
 func (l *loop) startHook(cancel context.CancelFunc, end time.Time, limit string) {
 	l.cancelHook = cancel
 	l.hookEndAt, l.hookLimit = end, limit
-	l.hookEnd.set(time.Until(end))
+	l.hookEnd.set(end.Sub(l.cfg.Clock.Now()))
 }
 
 // boundHook brings the end of the hook in flight forward to end, when that
@@ -64,7 +64,7 @@ func (l *loop) boundHook(end time.Time, limit string) {
 		return
 	}
 	l.hookEndAt, l.hookLimit = end, limit
-	l.hookEnd.set(time.Until(end))
+	l.hookEnd.set(end.Sub(l.cfg.Clock.Now()))
 }
 
 // endHook forgets the hook in flight and ends its context.
@@ -74,7 +74,7 @@ func (l *loop) endHook() {
 		l.cancelHook = nil
 	}
 	l.hookEnd.stop()
-	l.restartDone, l.flushDone = nil, nil
+	l.restartDone, l.flushDone, l.checkDone = nil, nil, nil
 }
 
 // hookOverdue runs when the hook in flight has used up its time. PID 1
@@ -105,6 +105,14 @@ func (l *loop) hookOverdue() {
 		l.flushErr = fmt.Errorf("the final upload did not run: the commit before the restart did not end within %s", l.hookLimit)
 		l.cfg.Log.Error("supervisor.restart_failed", "err", errors.New("the commit before the restart did not return"),
 			"effect", "exiting without the final upload")
+	case phaseChecking:
+		select {
+		case stop := <-l.checkDone:
+			l.endCheck(stop)
+		default:
+			l.endCheck("")
+		}
+		return
 	default:
 		return
 	}

@@ -47,7 +47,7 @@ func (l *loop) beginRestart() {
 		return
 	}
 	attempt := l.restarts + 1
-	end := time.Now().Add(l.cfg.AfterExitTimeout)
+	end := l.cfg.Clock.Now().Add(l.cfg.AfterExitTimeout)
 	ctx, cancel := context.WithDeadline(context.Background(), end)
 	done := make(chan restartResult, 1)
 	l.phase = phaseRestarting

@@ -22,6 +22,7 @@ type phase int
 
 const (
 	phaseRunning    phase = iota // the trainer, or what is left of its tree, runs
+	phaseChecking                // the trainer failed; PeerStop looks for a job-wide stop
 	phaseBackoff                 // the tree is gone; waiting before a restart
 	phaseRestarting              // BeforeRestart runs
 	phaseFlushing                // AfterExit (the final upload) runs
@@ -32,6 +33,8 @@ func (p phase) String() string {
 	switch p {
 	case phaseRunning:
 		return "running"
+	case phaseChecking:
+		return "checking"
 	case phaseBackoff:
 		return "backoff"
 	case phaseRestarting:
@@ -40,31 +43,6 @@ func (p phase) String() string {
 		return "flushing"
 	}
 	return "done"
-}
-
-// alarm is a timer that may be unset. An unset alarm's channel is nil, so
-// its case in a select never fires.
-type alarm struct{ t *time.Timer }
-
-func (a *alarm) set(d time.Duration) {
-	a.stop()
-	a.t = time.NewTimer(d)
-}
-
-func (a *alarm) stop() {
-	if a.t != nil {
-		a.t.Stop()
-		a.t = nil
-	}
-}
-
-func (a *alarm) armed() bool { return a.t != nil }
-
-func (a *alarm) c() <-chan time.Time {
-	if a.t == nil {
-		return nil
-	}
-	return a.t.C
 }
 
 // loop is the state of one supervision; one goroutine owns it.
@@ -85,15 +63,20 @@ type loop struct {
 	killedAt   time.Time   // when the tree was SIGKILLed, zero if not
 	killedMain bool        // that SIGKILL reached the main child, still running then
 	treeSignal bool        // leftovers were sent the stop signal after the child exited
-	restarts   int         // restarts done
-	env        []string    // the trainer's environment
-	oomBefore  uint64      // OOM kills counted before this trainer started
-	oomKilled  bool        // the main trainer process was OOM-killed
-	flushErr   error       // why the last checkpoint was not made durable, if it was not
+	stopSent   unix.Signal // the signal the main process was sent for the stop, 0 if none
+	treeStop   bool        // the whole tree gets stop signals (Group, or the tree alarm fired)
+	handDown   unix.Signal // signalTops hands this down the tree, 0 while it does not
+	handedTo   map[int]bool
+	restarts   int      // restarts done
+	env        []string // the trainer's environment
+	oomBefore  uint64   // OOM kills counted before this trainer started
+	oomKilled  bool     // the main trainer process was OOM-killed
+	flushErr   error    // why the last checkpoint was not made durable, if it was not
 
 	// Every timer is a case of the loop's select.
 	maxRuntime alarm // MaxRuntime after the start
 	kill       alarm // the grace deadline: SIGKILL what is left of the tree
+	tree       alarm // MainFirst: TreeShare of the trainer's budget, the stop signal to the rest of the tree
 	killWait   alarm // after the SIGKILL: stop waiting for processes that do not die
 	backoff    alarm // the wait before a restart
 
@@ -106,6 +89,7 @@ type loop struct {
 	hookLimit    string // "the grace period", or the timeout
 	restartDone  chan restartResult
 	flushDone    chan error
+	checkDone    chan string
 	restartEnded bool // a stop cancelled the BeforeRestart in flight
 }
 
@@ -134,6 +118,9 @@ func Run(ctx context.Context, cfg Config) error {
 		env = os.Environ()
 	}
 	l := &loop{cfg: cfg, env: env}
+	for _, a := range l.alarms() {
+		a.clock = cfg.Clock
+	}
 	if err := l.start(); err != nil {
 		l.writeTerminationLog(err.Error())
 		return err
@@ -159,6 +146,9 @@ func (l *loop) start() error {
 	l.oomKilled = false
 	l.target = signals.Target{Pid: pid, ChildOnly: l.cfg.ChildOnly}
 	l.childDone, l.childStatus, l.noChildren, l.treeSignal = false, 0, false, false
+	l.treeStop = l.cfg.StopDelivery == signals.Group
+	l.handDown, l.handedTo = 0, nil
+	l.tree.stop()
 	l.cfg.Log.Info("supervisor.started", "pid", pid, "argv0", l.cfg.Argv[0], "pid1", os.Getpid() == 1,
 		"grace", l.cfg.Grace.String(), "restarts", l.restarts)
 	return nil
@@ -221,6 +211,9 @@ func (l *loop) run(ctx context.Context, sigs <-chan os.Signal) error {
 			l.cfg.Log.Warn("supervisor.preemption_notice", withDeadline([]any{"source", n.Source}, n.Deadline,
 				"detail", n.Detail, "signal", signals.Name(l.cfg.NoticeSignal))...)
 			l.stopWith(l.cfg.NoticeSignal, false, n.Source+" preemption notice", end)
+		case <-l.tree.c():
+			l.tree.stop()
+			l.stopTree()
 		case <-l.kill.c():
 			l.kill.stop()
 			l.cfg.Log.Warn("supervisor.grace_expired", "grace", l.cfg.Grace.String(), "effect", "SIGKILL everything left")
@@ -237,6 +230,8 @@ func (l *loop) run(ctx context.Context, sigs <-chan os.Signal) error {
 			l.endRestart(r)
 		case err := <-l.flushDone:
 			l.endFlush(err)
+		case stop := <-l.checkDone:
+			l.endCheck(stop)
 		case <-l.hookEnd.c():
 			l.hookEnd.stop()
 			l.hookOverdue()
@@ -253,11 +248,17 @@ func (l *loop) step() {
 	switch l.phase {
 	case phaseRunning:
 		if !l.childDone {
+			if l.handDown != 0 && l.killedAt.IsZero() {
+				l.signalTops() // to those whose parent has exited since
+			}
 			return
 		}
+		l.tree.stop() // the leftovers get the stop signal now
 		if !l.treeSignal {
 			l.treeSignal = true
 			l.signalLeftovers()
+		} else if l.handDown != 0 && !l.noChildren && l.killedAt.IsZero() {
+			l.signalTops()
 		}
 		if !l.noChildren {
 			return
@@ -265,11 +266,11 @@ func (l *loop) step() {
 		// The trainer and its whole tree are gone: their deadlines with them.
 		l.kill.stop()
 		l.killWait.stop()
-		if l.shouldRestart() {
-			l.beginBackoff()
+		if !l.stopping && l.failed() && l.cfg.PeerStop != nil {
+			l.beginCheck()
 			return
 		}
-		l.beginFlush()
+		l.afterTrainer()
 	case phaseBackoff:
 		if l.stopping {
 			l.backoff.stop()
@@ -285,9 +286,14 @@ func (l *loop) step() {
 	}
 }
 
+// alarms lists every timer of the loop.
+func (l *loop) alarms() []*alarm {
+	return []*alarm{&l.maxRuntime, &l.kill, &l.tree, &l.killWait, &l.backoff, &l.hookEnd}
+}
+
 // stopTimers stops every timer the loop may have armed.
 func (l *loop) stopTimers() {
-	for _, a := range []*alarm{&l.maxRuntime, &l.kill, &l.killWait, &l.backoff, &l.hookEnd} {
+	for _, a := range l.alarms() {
 		a.stop()
 	}
 	if l.cancelHook != nil {
@@ -304,16 +310,71 @@ func (l *loop) stopWith(sig unix.Signal, rewrite bool, reason string, end time.T
 	if !rewrite {
 		rw = nil
 	}
-	l.startStop(0, l.deliver(sig, rw), reason, end)
+	l.startStop(0, l.deliver(sig, rw, true), reason, end)
 }
 
-// deliver sends sig, rewritten by rw, to the trainer while it runs. It
-// returns the signal sent, or 0 when none reached it.
-func (l *loop) deliver(sig unix.Signal, rw signals.Rewrite) unix.Signal {
-	if l.childDone || !signals.Deliver(l.target, rw, l.cfg.Kill, sig, l.cfg.Log) {
+// deliver sends sig, rewritten by rw, to the trainer while it runs. A
+// stop goes to the main process alone until the whole tree is to get it
+// (Config.StopDelivery); other signals go to the target. It returns the
+// signal sent, or 0 when none reached it.
+func (l *loop) deliver(sig unix.Signal, rw signals.Rewrite, stop bool) unix.Signal {
+	t := l.target
+	if stop && !l.treeStop {
+		t.ChildOnly = true
+	}
+	if l.childDone || !signals.Deliver(t, rw, l.cfg.Kill, sig, l.cfg.Log) {
 		return 0
 	}
 	return rw.Apply(sig)
+}
+
+// stopTree runs when TreeShare of the trainer's budget has passed after a
+// stop (signals.MainFirst) and the main process still runs: a launcher
+// that caught the stop signal without passing it on. The signal the main
+// process was sent is handed down its tree (signalTops), starting with the
+// processes it started; later stop signals go to the whole group.
+func (l *loop) stopTree() {
+	if l.childDone || l.treeStop || !l.killedAt.IsZero() {
+		return
+	}
+	l.treeStop = true
+	sig := l.stopSent
+	if sig == 0 {
+		sig = l.cfg.StopSignals[0]
+	}
+	l.handDown, l.handedTo = sig, map[int]bool{}
+	n := l.signalTops()
+	l.cfg.Log.Warn("supervisor.stop_tree", "pid", l.target.Pid, "processes", n, "signal", signals.Name(sig),
+		"effect", "the trainer's main process has not exited after half its budget (a launcher that does not pass the signal on?): the processes it started get the signal now, theirs once they have exited")
+}
+
+// signalTops hands the stop signal down what is left of the trainer's
+// tree, once to each process: to the processes at its top, which are the
+// main process's children while it runs and every process lifeboat
+// adopted (whose parent has exited). A process's own children get the
+// signal from it, or from lifeboat once it has exited: a PyTorch
+// DataLoader worker dies of a stop signal that does not come from its
+// parent, and takes its trainer's save with it. It runs after every event
+// until the tree is gone, and returns how many processes it signalled.
+func (l *loop) signalTops() int {
+	procs, err := readProcs(l.cfg.ProcRoot)
+	if err != nil {
+		l.cfg.Log.Error("supervisor.list_processes_failed", "err", err)
+		return 0
+	}
+	self, main, n := os.Getpid(), l.target.Pid, 0
+	for _, p := range procs {
+		top := p.ppid == self || p.ppid == main && !l.childDone
+		if !top || p.pid == main || p.state == 'Z' || p.state == 'X' || l.handedTo[p.pid] {
+			continue
+		}
+		l.handedTo[p.pid] = true
+		n++
+		if err := l.cfg.Kill(p.pid, l.handDown); err != nil && !errors.Is(err, unix.ESRCH) {
+			l.cfg.Log.Warn("supervisor.signal_failed", "pid", p.pid, "signal", signals.Name(l.handDown), "err", err)
+		}
+	}
+	return n
 }
 
 // signal handles one received signal. Signals that are not Forwardable
@@ -327,8 +388,9 @@ func (l *loop) signal(sig unix.Signal) {
 	if sig == unix.SIGINT {
 		l.ints++
 	}
-	sent := l.deliver(sig, l.cfg.Rewrite)
-	if slices.Contains(l.cfg.StopSignals, sig) {
+	stop := slices.Contains(l.cfg.StopSignals, sig)
+	sent := l.deliver(sig, l.cfg.Rewrite, stop)
+	if stop {
 		if l.cfg.OnStopSignal != nil {
 			l.cfg.OnStopSignal(sig)
 		}
@@ -357,7 +419,7 @@ func (l *loop) signal(sig unix.Signal) {
 // After the trainer's tree is gone (backoff, restarting, flushing) the
 // budget bounds the hook in flight and the final flush instead.
 func (l *loop) startStop(sig, sent unix.Signal, reason string, end time.Time) {
-	now := time.Now()
+	now := l.cfg.Clock.Now()
 	if end.IsZero() || end.After(now.Add(l.cfg.Grace)) {
 		end = now.Add(l.cfg.Grace)
 	}
@@ -367,7 +429,7 @@ func (l *loop) startStop(sig, sent unix.Signal, reason string, end time.Time) {
 		}
 		l.cfg.Log.Warn("supervisor.deadline_moved", "reason", reason, "deadline", logTime(end))
 	} else {
-		l.stopping, l.stopSig, l.stopReason = true, sig, reason
+		l.stopping, l.stopSig, l.stopReason, l.stopSent = true, sig, reason, sent
 	}
 	l.graceEnd = end
 	if l.cfg.OnStop != nil {
@@ -379,7 +441,7 @@ func (l *loop) startStop(sig, sent unix.Signal, reason string, end time.Time) {
 		// The tree is gone: the whole budget is the final upload's.
 		l.boundHook(end.Add(-ExitMargin), "the grace period")
 		l.cfg.Log.Info("supervisor.stopping", "reason", reason, "signal", received, "delivered", delivered,
-			"phase", l.phase.String(),
+			"phase", l.phase.String(), "delivery", l.cfg.StopDelivery.String(),
 			"budget", fmt.Sprintf("grace %s, all of it for the final upload (the trainer's tree is gone)", grace.Round(time.Millisecond)),
 			"deadline", logTime(end))
 		return
@@ -397,9 +459,12 @@ func (l *loop) startStop(sig, sent unix.Signal, reason string, end time.Time) {
 		l.armDeadline()
 	case l.killedAt.IsZero():
 		l.kill.set(budget)
+		if !l.treeStop && l.cfg.StopDelivery == signals.MainFirst {
+			l.tree.set(time.Duration(float64(budget) * TreeShare))
+		}
 	}
 	l.cfg.Log.Info("supervisor.stopping", "reason", reason, "signal", received, "delivered", delivered,
-		"phase", l.phase.String(),
+		"phase", l.phase.String(), "delivery", l.cfg.StopDelivery.String(),
 		"budget", fmt.Sprintf("grace %s = trainer %s + final upload reserve %s (%s)", grace.Round(time.Millisecond), budget.Round(time.Millisecond), reserve.Round(time.Millisecond), why),
 		"kill_at", logTime(now.Add(budget)),
 		"deadline", logTime(end))
@@ -456,7 +521,7 @@ func (l *loop) reap() {
 			return
 		}
 		if l.cfg.OnReap != nil {
-			l.cfg.OnReap(pid, ws, time.Now())
+			l.cfg.OnReap(pid, ws, l.cfg.Clock.Now())
 		}
 		if pid == l.target.Pid {
 			l.childDone = true
@@ -489,7 +554,9 @@ func (l *loop) checkOOM(ws unix.WaitStatus) {
 
 // signalLeftovers runs once the main child has exited: whatever is left of
 // its tree gets the stop signal and until the deadline to finish, instead of
-// being killed mid-cleanup when lifeboat exits.
+// being killed mid-cleanup when lifeboat exits. With signals.Group every
+// process gets it at once; otherwise it is handed down the tree
+// (signalTops), parents before their children.
 func (l *loop) signalLeftovers() {
 	l.reap()
 	if l.noChildren {
@@ -502,12 +569,19 @@ func (l *loop) signalLeftovers() {
 	sig := l.cfg.StopSignals[0]
 	l.cfg.Log.Info("supervisor.waiting_for_tree", "processes", len(left), "signal", signals.Name(sig),
 		"grace", l.cfg.Grace.String())
+	l.armDeadline()
+	if l.cfg.StopDelivery != signals.Group {
+		if l.handDown == 0 {
+			l.handDown, l.handedTo = sig, map[int]bool{}
+		}
+		l.signalTops()
+		return
+	}
 	for _, pid := range left {
 		if err := l.cfg.Kill(pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
 			l.cfg.Log.Warn("supervisor.signal_failed", "pid", pid, "signal", signals.Name(sig), "err", err)
 		}
 	}
-	l.armDeadline()
 }
 
 func (l *loop) descendants() []int {
@@ -531,11 +605,12 @@ func (l *loop) descendants() []int {
 // so every one of them is still there to be sent its own SIGKILL and
 // counted; later rounds only kill processes not sent one before.
 func (l *loop) killTree() {
-	l.killedAt, l.killedMain = time.Now(), !l.childDone
+	l.killedAt, l.killedMain = l.cfg.Clock.Now(), !l.childDone
 	if l.cfg.BeforeKill != nil {
 		l.cfg.BeforeKill(l.killedAt)
 	}
 	l.kill.stop()
+	l.tree.stop()
 	l.killWait.set(killWait)
 	left := l.descendants()
 	if !l.childDone {
@@ -606,13 +681,19 @@ func (l *loop) finish() error {
 	return &ExitError{Status: l.childStatus, Started: true, Preempted: preempted, Code: code}
 }
 
-// jobWideStop names the job-wide stop that makes a trainer lifeboat
-// SIGKILLed during a stop a preemption (Config.JobWideStop); "" when it is
-// not one. A trainer killed by another (the OOM killer) stays a failure.
+// jobWideStop names the job-wide stop that makes a trainer that failed
+// during a stop a preemption (Config.JobWideStop); "" when it is not one.
+// Once a rank takes part in a job-wide stop, a trainer that fails (a
+// collective whose peer left) or that lifeboat SIGKILLed at the grace
+// deadline (blocked in such a collective) ended because of it. A trainer
+// killed by another (the OOM killer) stays a failure.
 func (l *loop) jobWideStop() string {
 	ws := l.childStatus
-	if !l.childDone || !l.stopping || !l.killedMain || !ws.Signaled() || ws.Signal() != unix.SIGKILL ||
+	if !l.childDone || !l.stopping || !l.failed() || l.oomKilled ||
 		l.cfg.JobWideStop == nil || l.cfg.PreemptExitCode == PreemptChild {
+		return ""
+	}
+	if ws.Signaled() && ws.Signal() == unix.SIGKILL && !l.killedMain {
 		return ""
 	}
 	return l.cfg.JobWideStop()

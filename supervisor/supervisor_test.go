@@ -141,6 +141,8 @@ func TestValidate(t *testing.T) {
 		{Config{Argv: []string{"x"}, PreemptExitCode: 300}, "--preempt-exit-code (LIFEBOAT_PREEMPT_EXIT_CODE)"},
 		{Config{Argv: []string{"x"}, StopSignals: []unix.Signal{unix.SIGCHLD}}, "--stop-signals (LIFEBOAT_STOP_SIGNALS)"},
 		{Config{Argv: []string{"x"}, StopSignals: []unix.Signal{unix.SIGPIPE}}, "--stop-signals (LIFEBOAT_STOP_SIGNALS)"},
+		{Config{Argv: []string{"x"}, ChildOnly: true, StopDelivery: signals.Group}, "--signal-child-only (LIFEBOAT_SIGNAL_CHILD_ONLY)"},
+		{Config{Argv: []string{"x"}, StopDelivery: 7}, "--stop-delivery (LIFEBOAT_STOP_DELIVERY)"},
 	} {
 		err := tc.cfg.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lifeboat-project/lifeboat/coord"
 	"github.com/lifeboat-project/lifeboat/signals"
+	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
 
@@ -81,6 +82,60 @@ func (o *coordOptions) start(ctx context.Context, cfg *supervisor.Config, p *pip
 	return j, nil
 }
 
+// stoppedDuringStartup writes the stop record of a stop that came while
+// this rank was still starting (restoring its checkpoint), so that the
+// other ranks, which may be training already, stop too instead of waiting
+// in a collective for this rank. It does nothing for one rank, with the
+// job-wide stop off, or before the store was opened (nothing can be
+// written then); it waits for the store at most half the grace.
+func (o *coordOptions) stoppedDuringStartup(st storage.Store, ro rankOptions, sig unix.Signal, grace time.Duration, log *slog.Logger) {
+	if st == nil || ro.worldSize < 2 || o.interval == 0 {
+		return
+	}
+	reason := "stopped during start-up (store open and restore)"
+	if sig != 0 {
+		reason = "SIG" + signals.Name(sig) + " during start-up (store open and restore)"
+	}
+	host, _ := os.Hostname()
+	ctx, cancel := context.WithTimeout(context.Background(), min(grace/2, 10*time.Second))
+	defer cancel()
+	s, err := coord.Write(ctx, st, coord.Stop{Rank: ro.rank, Host: host, Reason: reason, Written: time.Now()})
+	if err != nil {
+		log.Warn("coord.stop_not_stored", "err", err, "effect", "the other ranks are not stopped through the store")
+		return
+	}
+	log.Info("coord.stop_written", "stop_id", s.ID, "rank", s.Rank, "host", s.Host, "reason", s.Reason, "effect", "every other rank stops too")
+}
+
+// startSidecar is the sidecar's part in the job-wide stop when it applies
+// (more than one rank, --coord-interval above 0), nil otherwise. The
+// sidecar writes a stop record on its own stop (beginWith), and follows
+// another rank's: the trainer, in another container, learns of it from the
+// stop file in --dir (lifeboat.stop_requested(), LIFEBOAT_STOP_FILE) and
+// saves; the sidecar uploads until its own stop, as before.
+func (o *coordOptions) startSidecar(ctx context.Context, p *pipeline, log *slog.Logger) (*jobStop, error) {
+	if p.ranks.worldSize < 2 || o.interval == 0 {
+		return nil, nil
+	}
+	host, _ := os.Hostname()
+	c, err := coord.New(coord.Config{Store: p.store, Rank: p.ranks.rank, WorldSize: p.ranks.worldSize, Host: host,
+		Interval: o.interval, Started: processStarted, Dir: p.dir, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	go c.Run(ctx) // a peer's stop: the stop file and coord.stop_seen; nothing to signal
+	return &jobStop{c: c, log: log}, nil
+}
+
+// beginWith writes the stop record of a stop that begins on this rank for
+// reason, whose grace budget ends at end.
+func (j *jobStop) beginWith(reason string, end time.Time) {
+	if j == nil {
+		return
+	}
+	j.c.Begin(reason, end)
+}
+
 // begin writes the stop record of a stop that begins on this rank (a
 // signal, a notice, the maximum runtime), for the other ranks to follow;
 // only the first call counts. It is the supervisor's OnStop.
@@ -89,6 +144,26 @@ func (j *jobStop) begin(end time.Time) {
 		return
 	}
 	j.c.Begin(j.reason(), end)
+}
+
+// check is the supervisor's PeerStop: after the trainer failed with no
+// stop in progress, it looks at the store now for another rank's stop
+// and names it ("rank 0: SIGTERM"), "" when there is none.
+func (j *jobStop) check(ctx context.Context) string {
+	s, ok := j.c.Check(ctx)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("rank %d: %s", s.Rank, s.Reason)
+}
+
+// fail is the supervisor's OnFailure: the trainer failed for good, and
+// the stop record written for it stops the other ranks instead of leaving
+// them blocked in a collective until its timeout.
+func (j *jobStop) fail(reason string) {
+	j.log.Warn("coord.trainer_failed", "reason", reason,
+		"effect", "a stop record is written: every other rank stops too instead of waiting in a collective for its timeout")
+	j.c.Begin(reason, time.Time{})
 }
 
 // merge relays the cloud notices (recording the last, for the reason) and
@@ -168,10 +243,10 @@ func (j *jobStop) settle(ctx context.Context) {
 
 // joined names the job-wide stop this rank took part in ("rank 1:
 // SIGTERM"), "" when there was none: the supervisor's JobWideStop, asked
-// when lifeboat SIGKILLed the trainer during a stop. A rank blocked in a
-// collective whose peer is gone can only be stopped that way, and the
+// when the trainer failed during a stop (its collective failed when a
+// peer left, or it was blocked in one and SIGKILLed at the deadline). The
 // Job must retry the whole gang instead of counting a failure, so
-// lifeboat then exits with the preemption code, not 137.
+// lifeboat then exits with the preemption code.
 func (j *jobStop) joined() string {
 	if j == nil {
 		return ""
@@ -181,6 +256,6 @@ func (j *jobStop) joined() string {
 		return ""
 	}
 	j.log.Warn("coord.exit_as_preemption", "stop_id", s.ID, "from_rank", s.Rank, "reason", s.Reason,
-		"effect", "lifeboat exits with the preemption code, and the Job retries every rank (in a job-wide stop a trainer blocked in a collective is SIGKILLed at its grace deadline)")
+		"effect", "lifeboat exits with the preemption code, and the Job retries every rank (in a job-wide stop a trainer fails when a peer leaves its collective, or blocks in it until SIGKILLed at its grace deadline)")
 	return fmt.Sprintf("rank %d: %s", s.Rank, s.Reason)
 }

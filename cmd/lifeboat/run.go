@@ -21,6 +21,7 @@ type runOptions struct {
 	stopSignals     string
 	rewrite         listFlag
 	childOnly       bool
+	stopDelivery    string
 	preemptExitCode string
 	terminationLog  string
 	common          commonOptions
@@ -50,6 +51,8 @@ func newRunFlags(o *runOptions, w io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.stopSignals, "stop-signals", "TERM,INT", "signals that start the grace deadline (comma-separated)")
 	fs.Var(&o.rewrite, "rewrite", "deliver another signal than the one received, FROM:TO (repeatable), e.g. TERM:USR1")
 	fs.BoolVar(&o.childOnly, "signal-child-only", false, "send signals to the direct child only, not its process group")
+	fs.StringVar(&o.stopDelivery, "stop-delivery", "",
+		"how a stop signal reaches the trainer: main-first (the default) sends it to the main process, and to the rest of its tree when the main process has exited or half its budget has passed; main-only (the default with --signal-child-only) never to the rest before that exit; group to the whole process group at once (as before; kills PyTorch DataLoader workers before the main process saves)")
 	fs.StringVar(&o.preemptExitCode, "preempt-exit-code", strconv.Itoa(supervisor.DefaultPreemptExitCode),
 		"exit code when stopped by a signal and the trainer exited 0; \"child\" keeps the trainer's")
 	fs.StringVar(&o.terminationLog, "termination-log", kubeTerminationLog,
@@ -84,6 +87,16 @@ func (o *runOptions) config() (supervisor.Config, error) {
 		return cfg, fmt.Errorf("--stop-signals (LIFEBOAT_STOP_SIGNALS): %v", err)
 	}
 	cfg.StopSignals = stops
+	switch {
+	case o.stopDelivery == "" && o.childOnly:
+		cfg.StopDelivery = signals.MainOnly
+	case o.stopDelivery == "":
+		cfg.StopDelivery = signals.MainFirst
+	default:
+		if cfg.StopDelivery, err = signals.ParseDelivery(o.stopDelivery); err != nil {
+			return cfg, fmt.Errorf("--stop-delivery (LIFEBOAT_STOP_DELIVERY) is %q; use main-first, group or main-only", o.stopDelivery)
+		}
+	}
 	for _, spec := range o.rewrite {
 		if err := cfg.Rewrite.ParseRewrite(spec); err != nil {
 			return cfg, fmt.Errorf("--rewrite (LIFEBOAT_REWRITE): %v", err)
@@ -189,6 +202,7 @@ func runRun(ctx context.Context, o *runOptions) error {
 	}
 	p, err := newPipeline(ctx, &o.store, &o.checkpoint, o.ranks, log, o.common.stderr)
 	if code, stopped := stoppedDuringStartup(startup, "store open and restore", err, log, cfg.TerminationLog, cfg.TerminationLogCreate, preemptCode); stopped {
+		o.coord.stoppedDuringStartup(o.store.opened, o.ranks, startup.stop(), cfg.Grace, log)
 		return &codeError{code: code}
 	}
 	if err != nil {
@@ -280,6 +294,9 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 		cfg.OnReap = p.agent.Reaped
 		cfg.BeforeKill = p.agent.Killing
 		cfg.JobWideStop = js.joined
+		if js != nil {
+			cfg.PeerStop, cfg.OnFailure = js.check, js.fail
+		}
 		if p.resume != nil {
 			m.SetResume(p.resumeSource, p.resume.Step, p.resumeSeconds)
 		} else {

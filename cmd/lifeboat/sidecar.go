@@ -7,6 +7,9 @@ import (
 	"os"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/lifeboat-project/lifeboat/signals"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
 
@@ -21,6 +24,7 @@ type sidecarOptions struct {
 	grace      time.Duration
 	flushWait  time.Duration
 	kube       kubeOptions
+	coord      coordOptions
 }
 
 func sidecarCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -33,6 +37,7 @@ func sidecarCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	o.ranks.register(fs)
 	o.observe.register(fs, false)
 	o.kube.register(fs, true)
+	o.coord.register(fs)
 	fs.DurationVar(&o.grace, "grace", supervisor.DefaultGrace, "the pod's terminationGracePeriodSeconds: the final upload must end within it")
 	fs.DurationVar(&o.flushWait, "flush-wait", 0,
 		"after SIGTERM, keep watching this long for the trainer's last checkpoint before the final upload (0 for a native sidecar, which Kubernetes stops after the trainer)")
@@ -80,6 +85,10 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 	o.kube.start(ctx, log, false, nil)
 	defer o.kube.close()
 	o.kube.watch(p)
+	js, err := o.coord.startSidecar(agentCtx, p, log)
+	if err != nil {
+		return err
+	}
 	done := make(chan struct{})
 	go func() { p.agent.Run(agentCtx); close(done) }()
 	go feedMetrics(agentCtx, m, p, time.Second)
@@ -92,6 +101,11 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 	}
 	stopAt := time.Now()
 	o.kube.stopping(stopAt, stopAt.Add(o.grace))
+	if sig != nil {
+		if s, ok := sig.(unix.Signal); ok {
+			js.beginWith("SIG"+signals.Name(s), stopAt.Add(o.grace))
+		}
+	}
 	log.Info("sidecar.stopping", "signal", fmt.Sprint(sig), "flush_wait", o.flushWait.String(), "grace", o.grace.String())
 	if o.flushWait > 0 {
 		time.Sleep(o.flushWait)
@@ -99,6 +113,7 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 	fctx, fcancel := context.WithDeadline(context.Background(), stopAt.Add(o.grace-supervisor.ExitMargin))
 	defer fcancel()
 	err = p.agent.Flush(fctx)
+	js.settle(fctx)
 	<-done
 	o.kube.flushed(true, err)
 	if err != nil {

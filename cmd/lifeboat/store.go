@@ -40,6 +40,9 @@ type storeOptions struct {
 	// onRetry, when set, is told of each store call retried (the
 	// pipeline counts them in its metrics); see storage.RetryPolicy.
 	onRetry func(storage.RetryEvent)
+	// opened is the store open returned last: a stop during the restore
+	// that follows writes its stop record there.
+	opened storage.Store
 }
 
 func (o *storeOptions) register(fs *flag.FlagSet) {
@@ -151,7 +154,8 @@ func (o *storeOptions) open(ctx context.Context) (storage.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return storage.Retry(storage.Recover(storage.Limit(s, limit)), storage.RetryPolicy{OnRetry: o.onRetry}), nil
+	o.opened = storage.Retry(storage.Recover(storage.Limit(s, limit)), storage.RetryPolicy{OnRetry: o.onRetry})
+	return o.opened, nil
 }
 
 // configure applies the store flags, and the environment they default

@@ -36,6 +36,7 @@ var badStrings = map[string][]string{
 	"s3-ca-file":        {"/nonexistent/ca.pem", "/etc/passwd"},
 	"upload-limit":      {"fast", "-5MB"},
 	"stop-signals":      {"NOPE"},
+	"stop-delivery":     {"sideways"},
 	"rewrite":           {"TERM"},
 	"preempt-exit-code": {"300", "x"},
 	"restart":           {"sometimes"},
