@@ -4,10 +4,7 @@
 //
 // Rules (docs/FORMAT.md has the storage side):
 //   - Newest wins. When several checkpoints are complete at once, only the
-//     newest is uploaded; the older ones are marked superseded. A named
-//     step is never superseded by a counter checkpoint of the same moment
-//     (see Agent.newest).
-//   - After a restore only new work is uploaded (see Agent.Restored).
+//     newest is uploaded; the older ones are marked superseded.
 //   - An upload in flight is finished, not cancelled, when a newer
 //     checkpoint appears during training: its chunks are mostly what the
 //     next one needs anyway, and cancelling could starve uploads when
@@ -100,9 +97,6 @@ type Agent struct {
 	// checkpoint there that has not changed since is not new work.
 	restoredAt time.Time
 	line       checkpoint.LineScope
-	// counterNext: the last pick chose a named step over a newer counter
-	// checkpoint, which the next pick returns (Run's goroutine only).
-	counterNext bool
 	// deaths and openAtKill are what the supervisor reported (interrupt.go).
 	deaths     []Death
 	openAtKill map[string]time.Time
@@ -326,46 +320,12 @@ func (a *Agent) pick(p pass) (newest watch.Ready, older []watch.Ready, ok bool) 
 	if len(out) == 0 {
 		return watch.Ready{}, nil, false
 	}
-	newest, older = a.newest(out)
+	newest = out[len(out)-1]
 	a.cfg.Watcher.Number(&newest)
 	a.mu.Lock()
 	a.stats.LastBytes = newest.Bytes()
 	a.mu.Unlock()
-	return newest, older, true
-}
-
-// newest chooses, among complete checkpoints (as Scan orders them: named
-// ones by ascending step, counter ones last), the one to commit now and
-// those it supersedes. A named step is never superseded by a counter
-// checkpoint of the same moment: when both are complete, the named one is
-// committed. A counter checkpoint that last changed no later than the
-// settle time after the newest named one is that save's copy (a trainer
-// that refreshes backup/latest at each numbered save) or older (written
-// before the named step): it is superseded. One that changed later is
-// newer work: it stays, and the next pick commits it as a revision of the
-// named step (a.counterNext says so to the final flush).
-func (a *Agent) newest(out []watch.Ready) (watch.Ready, []watch.Ready) {
-	last := out[len(out)-1]
-	i := len(out) - 1
-	for i >= 0 && out[i].Counter {
-		i--
-	}
-	a.counterNext = false
-	if !last.Counter || i < 0 {
-		return last, out[:len(out)-1]
-	}
-	named := out[i]
-	var older []watch.Ready
-	for j, r := range out {
-		switch {
-		case j == i:
-		case !r.Counter, !r.LastChange().After(named.LastChange().Add(a.cfg.Settle)):
-			older = append(older, r)
-		default:
-			a.counterNext = true
-		}
-	}
-	return named, older
+	return newest, out[:len(out)-1], true
 }
 
 // supersede marks the checkpoints that r's commit made obsolete.
@@ -597,17 +557,7 @@ func (a *Agent) flush(ctx context.Context, inflight *job) error {
 	}
 	for changed := 0; ok; {
 		err := a.upload(ctx, r, final)
-		next := a.counterNext
 		a.finished(r, older, err)
-		if err == nil && next && ctx.Err() == nil {
-			// The named step is committed; the newer counter checkpoint
-			// follows as its revision.
-			a.logFlush(t0, r)
-			if r, older, ok = a.pick(final); !ok {
-				return nil
-			}
-			continue
-		}
 		if err == nil {
 			a.logFlush(t0, r)
 			return nil
