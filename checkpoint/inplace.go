@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 	"path"
-	"slices"
 	"strings"
 	"time"
 
@@ -75,7 +73,7 @@ func strays(root *beneath.Dir, sub string, files []File) ([]string, error) {
 			needed[d] = true
 		}
 	}
-	common := commonDirOf(files)
+	common := CommonDir(files)
 	rel := ""
 	for _, seg := range strings.Split(common, "/") {
 		if seg == "" {
@@ -113,9 +111,10 @@ func strays(root *beneath.Dir, sub string, files []File) ([]string, error) {
 	return out, nil
 }
 
-// commonDirOf is the deepest directory holding every file ("" for the
-// top).
-func commonDirOf(files []File) string {
+// CommonDir is the deepest directory holding every file ("" when they are
+// at the top): where the trainer finds a restored checkpoint, and the
+// directory a restore leaves holding the snapshot only.
+func CommonDir(files []File) string {
 	if len(files) == 0 {
 		return ""
 	}
@@ -272,15 +271,7 @@ func moveRecorded(root *beneath.Dir, rec *restoreRecord, files []File) error {
 			dirs[path.Dir(target)] = true
 			step()
 		}
-		for _, d := range slices.Sorted(maps.Keys(dirs)) {
-			if d == "." {
-				d = ""
-			}
-			if sd, err := root.OpenDir(d, false); err == nil {
-				sd.Sync()
-				sd.Close()
-			}
-		}
+		syncDirs(root, dirs)
 	}
 	if err := root.Sync(); err != nil {
 		return err

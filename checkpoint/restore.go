@@ -666,15 +666,7 @@ func moveIntoPlace(files []File, root *beneath.Dir, tmp, sub string) error {
 		}
 		dirs[path.Dir(target)] = true
 	}
-	for _, d := range slices.Sorted(maps.Keys(dirs)) {
-		if d == "." {
-			d = ""
-		}
-		if sd, err := root.OpenDir(d, false); err == nil {
-			sd.Sync()
-			sd.Close()
-		}
-	}
+	syncDirs(root, dirs)
 	root.Sync()
 	return nil
 }
@@ -1022,4 +1014,19 @@ func (o RestoreOptions) withDefaults() RestoreOptions {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	return o
+}
+
+// syncDirs syncs the directories (slash-separated, "." for root itself)
+// that moves into place changed, beneath root, so the moves survive a
+// crash; a directory that cannot be opened is skipped.
+func syncDirs(root *beneath.Dir, dirs map[string]bool) {
+	for _, d := range slices.Sorted(maps.Keys(dirs)) {
+		if d == "." {
+			d = ""
+		}
+		if sd, err := root.OpenDir(d, false); err == nil {
+			sd.Sync()
+			sd.Close()
+		}
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"path"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
@@ -54,7 +53,7 @@ func (p *Point) Env() []string {
 // it is the directory holding the ranks), the step, the manifest's ID and
 // the files, relative to dir.
 func Restored(dir string, res *checkpoint.RestoreResult, all bool) *Point {
-	p := &Point{Dir: filepath.Join(res.Dir, commonDir(res.Manifest)), Step: res.Step, ID: res.Manifest.ID, Line: res.Line,
+	p := &Point{Dir: filepath.Join(res.Dir, checkpoint.CommonDir(res.Manifest.Files)), Step: res.Step, ID: res.Manifest.ID, Line: res.Line,
 		Source: SourceStore, Reason: "the store's newest checkpoint this volume could hold"}
 	if len(res.Fallbacks) == 0 {
 		p.Reason = "the store's newest checkpoint"
@@ -161,23 +160,4 @@ func relTo(dir, sub, p string) string {
 		return p
 	}
 	return path.Join(filepath.ToSlash(rel), p)
-}
-
-// commonDir is the deepest directory that holds every file of m ("" when
-// they are at the top): where the trainer finds the restored checkpoint.
-func commonDir(m *checkpoint.Manifest) string {
-	if len(m.Files) == 0 {
-		return ""
-	}
-	common := path.Dir(m.Files[0].Path)
-	for _, f := range m.Files[1:] {
-		d := path.Dir(f.Path)
-		for common != "." && d != common && !strings.HasPrefix(d, common+"/") {
-			common = path.Dir(common)
-		}
-	}
-	if common == "." {
-		return ""
-	}
-	return common
 }
