@@ -43,10 +43,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lifeboat-project/lifeboat/internal/beneath"
 )
 
 // ErrTorn marks a file that is not a whole file of its format: cut short,
@@ -159,26 +160,16 @@ func HeadBeneath(dir, rel string) (Kind, error) {
 // openBeneath opens rel under dir without following a symlink in any of
 // its components, and without blocking on a FIFO.
 func openBeneath(dir, rel string) (*os.File, error) {
-	path := filepath.Join(dir, filepath.FromSlash(rel))
-	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	root, err := beneath.Open(dir)
 	if err != nil {
-		return nil, fmt.Errorf("format: check %s: %w", path, err)
+		return nil, fmt.Errorf("format: check %s: %w", filepath.Join(dir, filepath.FromSlash(rel)), err)
 	}
-	parts := strings.Split(rel, "/")
-	for _, p := range parts[:len(parts)-1] {
-		next, err := unix.Openat(dfd, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		unix.Close(dfd)
-		if err != nil {
-			return nil, fmt.Errorf("format: check %s: %w", path, err)
-		}
-		dfd = next
-	}
-	fd, err := unix.Openat(dfd, parts[len(parts)-1], unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	unix.Close(dfd)
+	defer root.Close()
+	f, err := root.OpenFile(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
-		return nil, fmt.Errorf("format: check %s: %w", path, err)
+		return nil, fmt.Errorf("format: check: %w", err)
 	}
-	return os.NewFile(uintptr(fd), path), nil
+	return f, nil
 }
 
 // inspect checks the open file f, named path in errors; the streamed
