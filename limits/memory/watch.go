@@ -20,6 +20,7 @@ const pollInterval = time.Second
 type watcher struct {
 	path, key string
 	base      uint64 // the counter when watching began
+	last      uint64 // the counter last said; run's until it returns, then close's
 	limit     int64  // for the log line
 	log       *slog.Logger
 
@@ -39,7 +40,7 @@ func startWatcher(path, key string, ev *os.File, limit int64, log *slog.Logger) 
 		}
 		return nil, err
 	}
-	w := &watcher{path: path, key: key, base: base, limit: limit, log: log,
+	w := &watcher{path: path, key: key, base: base, last: base, limit: limit, log: log,
 		out: make(chan struct{}), stop: make(chan struct{}), ev: ev}
 	wake := make(chan struct{}, 1)
 	if ev != nil {
@@ -80,7 +81,6 @@ func (w *watcher) run(wake <-chan struct{}) {
 	defer close(w.out)
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
-	last := w.base
 	var pending uint64 // kills counted but not yet delivered
 	for {
 		var send chan<- struct{}
@@ -96,22 +96,33 @@ func (w *watcher) run(wake <-chan struct{}) {
 		case <-wake:
 		case <-tick.C:
 		}
-		n, ok, err := readCounter(w.path, w.key)
-		if err != nil || !ok || n <= last {
-			continue
-		}
-		pending += n - last
-		last = n
-		w.log.Warn("memory.oom_kill", "cgroup", filepath.Dir(w.path), "kills", n-w.base, "trainer_limit", w.limit,
-			"effect", "the kernel killed a process of the trainer's for exceeding its memory limit; lifeboat is unaffected")
+		pending += w.look()
 	}
 }
 
-// close stops both goroutines and waits for them; out is closed.
+// look reads the counter and says the kills since the last look; it
+// returns how many there were.
+func (w *watcher) look() uint64 {
+	n, ok, err := readCounter(w.path, w.key)
+	if err != nil || !ok || n <= w.last {
+		return 0
+	}
+	rose := n - w.last
+	w.last = n
+	w.log.Warn("memory.oom_kill", "cgroup", filepath.Dir(w.path), "kills", n-w.base, "trainer_limit", w.limit,
+		"effect", "the kernel killed a process of the trainer's for exceeding its memory limit; lifeboat is unaffected")
+	return rose
+}
+
+// close stops both goroutines and waits for them; out is closed. It
+// looks at the counter once more, so a kill counted since the last poll
+// (a worker OOM-killed less than pollInterval before the trainer exited)
+// is still said.
 func (w *watcher) close() {
 	close(w.stop)
 	if w.ev != nil {
 		w.ev.Close()
 	}
 	w.wg.Wait()
+	w.look()
 }
