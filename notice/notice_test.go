@@ -695,3 +695,53 @@ func TestValidate(t *testing.T) {
 		t.Error("Watch accepted an invalid config")
 	}
 }
+
+// TestServerErrorsLoggedWithStatus: a source that answers 500 to every
+// try of a check (go-retryablehttp's retries spent) is logged with the
+// status and the body it sent, for every kind of source, not only as
+// "giving up after 3 attempts".
+func TestServerErrorsLoggedWithStatus(t *testing.T) {
+	for _, source := range []string{SourceAWS, SourceGCP, "url"} {
+		t.Run(source, func(t *testing.T) {
+			defer goleak.VerifyNone(t)
+			var calls atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPut {
+					fmt.Fprint(w, "tok")
+					return
+				}
+				if r.URL.Path == rebalancePath {
+					http.NotFound(w, r)
+					return
+				}
+				if calls.Add(1) <= retryMax+1 {
+					http.Error(w, "metadata backend down", http.StatusInternalServerError)
+					return
+				}
+				if source == SourceGCP {
+					fmt.Fprint(w, "TRUE")
+					return
+				}
+				if source == SourceAWS {
+					fmt.Fprint(w, spotJSON)
+					return
+				}
+				fmt.Fprint(w, "2030-01-01T00:00:00Z")
+			}))
+			defer srv.Close()
+			src := source
+			if src == "url" {
+				src = "url:" + srv.URL + "/n"
+			}
+			rec := newRecorder()
+			cfg := fast(src)
+			cfg.AWSEndpoint, cfg.GCPEndpoint, cfg.Log = srv.URL, srv.URL, rec.logger()
+			ch, stop := start(t, cfg)
+			recv(t, ch)
+			stop()
+			if rec.count("WARN notice.unavailable", "500 Internal Server Error") != 1 || rec.count("", "metadata backend down") != 1 {
+				t.Errorf("want the 500 logged once with its status and body; log:\n%s", strings.Join(rec.records, "\n"))
+			}
+		})
+	}
+}

@@ -182,6 +182,9 @@ func newClient(cfg Config, timeout time.Duration, proxy bool) *retryablehttp.Cli
 	c.RetryWaitMax = cfg.Interval
 	c.CheckRetry = retryablehttp.DefaultRetryPolicy
 	c.Backoff = retryablehttp.DefaultBackoff
+	// With its retries spent on a 5xx, the last answer is returned as it
+	// is, so that the log says its status and body, not only "giving up".
+	c.ErrorHandler = retryablehttp.PassthroughErrorHandler
 	return c
 }
 

@@ -88,7 +88,12 @@ type Config struct {
 	MaxRuntime time.Duration
 	// Notices delivers cloud preemption notices. Each sends NoticeSignal to
 	// the trainer (default: the first stop signal) and pulls the grace
-	// deadline in to the notice's deadline (less ExitMargin).
+	// deadline in to the notice's deadline (less ExitMargin; a deadline
+	// nearer than NoticeMinLead is not believed). A NoticeSignal that is
+	// not a stop signal (USR1: "save now") is followed by the first stop
+	// signal in time for the trainer to exit on its own, when TreeShare of
+	// its budget has passed. A trainer SIGKILLed at the end of
+	// a notice's budget was preempted: lifeboat exits with PreemptExitCode.
 	Notices      <-chan Notice
 	NoticeSignal unix.Signal
 	// Restart restarts a crashed trainer in place.
@@ -194,6 +199,15 @@ type RestartPolicy struct {
 // ExitMargin is kept free at the end of the grace budget so that lifeboat
 // exits by itself before the kubelet's SIGKILL.
 const ExitMargin = 500 * time.Millisecond
+
+// NoticeMinLead is the least time a preemption notice's deadline (less
+// ExitMargin) must leave for it to be believed. A real notice gives 30 s
+// (GCP) to 2 minutes (AWS); one whose deadline is past, or nearer than
+// this, was read late or comes from a clock that disagrees with this
+// node's, and pulling the grace budget in to it would SIGKILL the trainer
+// before its save. Such a stop runs on Grace from the moment the notice
+// was seen (supervisor.notice_deadline_unusable).
+const NoticeMinLead = 5 * time.Second
 
 // TreeShare is the share of the trainer's budget (the grace less the
 // final upload's reserve) after which, with signals.MainFirst, the rest of

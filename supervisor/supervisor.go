@@ -55,28 +55,34 @@ type loop struct {
 	childStatus unix.WaitStatus
 	noChildren  bool // Wait4 said ECHILD: nothing left to reap
 
-	stopping   bool        // a stop began: signal, context, max runtime or notice
-	stopSig    unix.Signal // the stop signal received, 0 if the stop had another cause
-	stopReason string      // why, for the termination log ("SIGTERM", "max runtime 72h0m0s", ...)
-	graceEnd   time.Time   // when the grace budget ends
-	ints       int         // SIGINTs received
-	killedAt   time.Time   // when the tree was SIGKILLed, zero if not
-	killedMain bool        // that SIGKILL reached the main child, still running then
-	treeSignal bool        // leftovers were sent the stop signal after the child exited
-	stopSent   unix.Signal // the signal the main process was sent for the stop, 0 if none
-	treeStop   bool        // the whole tree gets stop signals (Group, or the tree alarm fired)
-	handDown   unix.Signal // signalTops hands this down the tree, 0 while it does not
-	handedTo   map[int]bool
-	restarts   int      // restarts done
-	env        []string // the trainer's environment
-	oomBefore  uint64   // OOM kills counted before this trainer started
-	oomKilled  bool     // the main trainer process was OOM-killed
-	flushErr   error    // why the last checkpoint was not made durable, if it was not
+	stopping     bool        // a stop began: signal, context, max runtime or notice
+	stopSig      unix.Signal // the stop signal received, 0 if the stop had another cause
+	stopReason   string      // why, for the termination log ("SIGTERM", "max runtime 72h0m0s", ...)
+	graceEnd     time.Time   // when the grace budget ends
+	ints         int         // SIGINTs received
+	killedAt     time.Time   // when the tree was SIGKILLed, zero if not
+	killAt       time.Time   // when the kill alarm fires, once a stop armed it
+	killedMain   bool        // that SIGKILL reached the main child, still running then
+	deadlineKill bool        // that SIGKILL was the grace deadline's
+	treeSignal   bool        // leftovers were sent the stop signal after the child exited
+	stopSent     unix.Signal // the signal the main process was sent for the stop, 0 if none
+	stopAt       time.Time   // when the stop began
+	noticed      bool        // a preemption notice came: a SIGKILL at its deadline is a preemption
+	stopOwed     bool        // the trainer got only a signal that does not stop it (--notice-signal USR1): the term alarm sends the stop signal
+	treeStop     bool        // the whole tree gets stop signals (Group, or the tree alarm fired)
+	handDown     unix.Signal // signalTops hands this down the tree, 0 while it does not
+	handedTo     map[int]bool
+	restarts     int      // restarts done
+	env          []string // the trainer's environment
+	oomBefore    uint64   // OOM kills counted before this trainer started
+	oomKilled    bool     // the main trainer process was OOM-killed
+	flushErr     error    // why the last checkpoint was not made durable, if it was not
 
 	// Every timer is a case of the loop's select.
 	maxRuntime alarm // MaxRuntime after the start
 	kill       alarm // the grace deadline: SIGKILL what is left of the tree
 	tree       alarm // MainFirst: TreeShare of the trainer's budget, the stop signal to the rest of the tree
+	term       alarm // stopOwed: the stop signal to the trainer, in time for it to exit on its own
 	killWait   alarm // after the SIGKILL: stop waiting for processes that do not die
 	backoff    alarm // the wait before a restart
 
@@ -204,20 +210,26 @@ func (l *loop) run(ctx context.Context, sigs <-chan os.Signal) error {
 				notices = nil
 				continue
 			}
-			end := time.Time{}
-			if !n.Deadline.IsZero() {
-				end = n.Deadline.Add(-ExitMargin)
-			}
 			l.cfg.Log.Warn("supervisor.preemption_notice", withDeadline([]any{"source", n.Source}, n.Deadline,
 				"detail", n.Detail, "signal", signals.Name(l.cfg.NoticeSignal))...)
-			l.stopWith(l.cfg.NoticeSignal, false, n.Source+" preemption notice", end)
+			l.noticed = true
+			l.stopWith(l.cfg.NoticeSignal, false, n.Source+" preemption notice", l.noticeEnd(n))
 		case <-l.tree.c():
 			l.tree.stop()
 			l.stopTree()
+		case <-l.term.c():
+			l.term.stop()
+			l.stopAfterNotice()
 		case <-l.kill.c():
 			l.kill.stop()
-			l.cfg.Log.Warn("supervisor.grace_expired", "grace", l.cfg.Grace.String(), "effect", "SIGKILL everything left")
+			args := []any{"grace", l.cfg.Grace.String()}
+			if l.stopping {
+				// The budget actually used: a notice may have pulled it in.
+				args = []any{"grace", l.graceEnd.Sub(l.stopAt).Round(time.Millisecond).String(), "deadline", logTime(l.graceEnd)}
+			}
+			l.cfg.Log.Warn("supervisor.grace_expired", append(args, "effect", "SIGKILL everything left")...)
 			l.killTree()
+			l.deadlineKill = l.killedMain
 		case <-l.killWait.c():
 			l.killWait.stop()
 			l.cfg.Log.Error("supervisor.unreaped", "waited", killWait.String(),
@@ -288,7 +300,7 @@ func (l *loop) step() {
 
 // alarms lists every timer of the loop.
 func (l *loop) alarms() []*alarm {
-	return []*alarm{&l.maxRuntime, &l.kill, &l.tree, &l.killWait, &l.backoff, &l.hookEnd}
+	return []*alarm{&l.maxRuntime, &l.kill, &l.tree, &l.term, &l.killWait, &l.backoff, &l.hookEnd}
 }
 
 // stopTimers stops every timer the loop may have armed.
@@ -310,7 +322,54 @@ func (l *loop) stopWith(sig unix.Signal, rewrite bool, reason string, end time.T
 	if !rewrite {
 		rw = nil
 	}
+	if !l.stopping && !slices.Contains(l.cfg.StopSignals, sig) {
+		l.stopOwed = true // a "save now" signal: the stop signal follows (startStop arms it)
+	}
 	l.startStop(0, l.deliver(sig, rw, true), reason, end)
+}
+
+// noticeEnd is the end of the grace budget a notice asks for: its
+// deadline less ExitMargin, or zero (Grace from now) when it has none or
+// when that leaves less than NoticeMinLead.
+func (l *loop) noticeEnd(n Notice) time.Time {
+	if n.Deadline.IsZero() {
+		return time.Time{}
+	}
+	end := n.Deadline.Add(-ExitMargin)
+	left := end.Sub(l.cfg.Clock.Now())
+	if left >= NoticeMinLead {
+		return end
+	}
+	what := "only " + left.Round(time.Millisecond).String() + " away"
+	if left < 0 {
+		what = "already past by " + (-left).Round(time.Millisecond).String()
+	}
+	l.cfg.Log.Warn("supervisor.notice_deadline_unusable", "source", n.Source, "deadline", logTime(n.Deadline),
+		"left", left.Round(time.Millisecond).String(), "grace", l.cfg.Grace.String(),
+		"effect", fmt.Sprintf("the notice's deadline (less %s) is %s, less than the %s a trainer needs: the stop runs on the grace period from now instead", ExitMargin, what, NoticeMinLead),
+		"hint", "a notice read late, or this node's clock behind the cloud's; check the node's time synchronisation")
+	return time.Time{}
+}
+
+// stopAfterNotice sends the first stop signal to a trainer that was sent
+// only a signal that does not stop it (--notice-signal USR1), so that it
+// exits on its own before its budget ends rather than being SIGKILLed.
+// From here on the stop is delivered as one that began with that signal.
+func (l *loop) stopAfterNotice() {
+	if !l.stopOwed || l.childDone || !l.killedAt.IsZero() {
+		return
+	}
+	l.stopOwed = false
+	sig := l.cfg.StopSignals[0]
+	sent := l.deliver(sig, l.cfg.Rewrite, true)
+	l.stopSent = sent
+	left := max(l.killAt.Sub(l.cfg.Clock.Now()), 0)
+	if !l.treeStop && l.cfg.StopDelivery == signals.MainFirst {
+		l.tree.set(time.Duration(float64(left) * TreeShare))
+	}
+	l.cfg.Log.Info("supervisor.stop_after_notice", "signal", signals.Name(sig), "delivered", signalName(sent),
+		"kill_at", logTime(l.killAt),
+		"effect", "the notice's signal does not stop the trainer: the stop signal now lets it exit on its own before its budget ends")
 }
 
 // deliver sends sig, rewritten by rw, to the trainer while it runs. A
@@ -390,6 +449,16 @@ func (l *loop) signal(sig unix.Signal) {
 	}
 	stop := slices.Contains(l.cfg.StopSignals, sig)
 	sent := l.deliver(sig, l.cfg.Rewrite, stop)
+	if stop && l.stopOwed {
+		// The trainer has its stop signal: nothing is owed any more, and the
+		// rest of its tree follows as after any stop signal.
+		l.stopOwed = false
+		l.term.stop()
+		l.stopSent = sent
+		if !l.treeStop && l.cfg.StopDelivery == signals.MainFirst && l.killedAt.IsZero() && !l.childDone {
+			l.tree.set(time.Duration(float64(max(l.killAt.Sub(l.cfg.Clock.Now()), 0)) * TreeShare))
+		}
+	}
 	if stop {
 		if l.cfg.OnStopSignal != nil {
 			l.cfg.OnStopSignal(sig)
@@ -429,7 +498,7 @@ func (l *loop) startStop(sig, sent unix.Signal, reason string, end time.Time) {
 		}
 		l.cfg.Log.Warn("supervisor.deadline_moved", "reason", reason, "deadline", logTime(end))
 	} else {
-		l.stopping, l.stopSig, l.stopReason, l.stopSent = true, sig, reason, sent
+		l.stopping, l.stopSig, l.stopReason, l.stopSent, l.stopAt = true, sig, reason, sent, now
 	}
 	l.graceEnd = end
 	if l.cfg.OnStop != nil {
@@ -459,7 +528,14 @@ func (l *loop) startStop(sig, sent unix.Signal, reason string, end time.Time) {
 		l.armDeadline()
 	case l.killedAt.IsZero():
 		l.kill.set(budget)
-		if !l.treeStop && l.cfg.StopDelivery == signals.MainFirst {
+		l.killAt = now.Add(budget)
+		switch {
+		case l.stopOwed:
+			// The stop signal comes when TreeShare of the budget has passed;
+			// the budget is never more than a plain stop's (Grace), so the
+			// trainer has at least half of that to exit on its own.
+			l.term.set(time.Duration(float64(budget) * TreeShare))
+		case !l.treeStop && l.cfg.StopDelivery == signals.MainFirst:
 			l.tree.set(time.Duration(float64(budget) * TreeShare))
 		}
 	}
@@ -647,6 +723,10 @@ func (l *loop) finish() error {
 	if jobWide != "" {
 		code = l.cfg.PreemptExitCode
 	}
+	atNotice := jobWide == "" && l.killedAtNotice()
+	if atNotice {
+		code = l.cfg.PreemptExitCode
+	}
 	var msg string
 	switch {
 	case !l.childDone:
@@ -665,6 +745,9 @@ func (l *loop) finish() error {
 	}
 	if jobWide != "" {
 		msg += fmt.Sprintf("; part of a job-wide stop (%s), so a preemption", jobWide)
+	}
+	if atNotice {
+		msg += "; killed at the end of a preemption notice's budget, so a preemption"
 	}
 	if l.restarts > 0 {
 		msg += fmt.Sprintf("; after %d restarts", l.restarts)
@@ -697,6 +780,16 @@ func (l *loop) jobWideStop() string {
 		return ""
 	}
 	return l.cfg.JobWideStop()
+}
+
+// killedAtNotice reports whether lifeboat SIGKILLed the trainer's main
+// process at the end of a stop's budget after a preemption notice came:
+// the machine is going away, so the kill is the preemption, not the
+// trainer's failure, and the Job must retry without counting one.
+func (l *loop) killedAtNotice() bool {
+	ws := l.childStatus
+	return l.childDone && l.stopping && l.noticed && l.deadlineKill && !l.oomKilled &&
+		l.cfg.PreemptExitCode != PreemptChild && ws.Signaled() && ws.Signal() == unix.SIGKILL
 }
 
 func (l *loop) writeTerminationLog(msg string) {

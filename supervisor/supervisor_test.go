@@ -261,7 +261,9 @@ func TestImports(t *testing.T) {
 
 // TestNoticePullsInDeadline: a preemption notice sends the notice signal
 // and moves the end of the grace budget to the notice's deadline: a
-// trainer that ignores it is killed then, long before the 1h grace.
+// trainer that ignores it, and the TERM that follows a notice signal that
+// is not a stop signal, is killed then, long before the 1h grace, and
+// that is a preemption (143).
 func TestNoticePullsInDeadline(t *testing.T) {
 	notices := make(chan Notice, 1)
 	rec := &sendRecorder{}
@@ -280,16 +282,16 @@ func TestNoticePullsInDeadline(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	notices <- Notice{Source: "aws", Deadline: time.Now().Add(1500 * time.Millisecond)}
+	notices <- Notice{Source: "aws", Deadline: time.Now().Add(NoticeMinLead + time.Second)}
 	err := <-done
 	var ee *ExitError
-	if !errors.As(err, &ee) || ee.Code != 137 || !ee.Preempted {
-		t.Fatalf("Run = %v, want 137 (killed at the notice's deadline), preempted", err)
+	if !errors.As(err, &ee) || ee.Code != 143 || !ee.Preempted {
+		t.Fatalf("Run = %v, want 143 (killed at the notice's deadline: a preemption), preempted", err)
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	if len(rec.sent) == 0 || rec.sent[0] != "USR1" {
-		t.Errorf("sent %v, want USR1 first", rec.sent)
+	if len(rec.sent) < 2 || rec.sent[0] != "USR1" || rec.sent[1] != "TERM" {
+		t.Errorf("sent %v, want USR1, then TERM", rec.sent)
 	}
 }
 

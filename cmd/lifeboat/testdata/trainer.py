@@ -7,7 +7,9 @@ Paddle jobs do, and resumes from what lifeboat restored.
       marker  $LIFEBOAT_DIR/ckpt/ rewritten, then the marker file with the step
 
 With TRAINER_CRASH_AFTER=N, a trainer that did not resume exits 1 after its
-Nth save, as a crash (NCCL timeout, segfault) would.
+Nth save, as a crash (NCCL timeout, segfault) would. TRAINER_SAVE_SECONDS
+makes the SIGTERM save of backup mode take that long; TRAINER_ON_USR1=save
+saves backup on SIGUSR1 and keeps training.
 
 Every event is one JSON line on stdout. The "model" is bytes derived from
 the step, so a resumed trainer can check it got exactly what was saved.
@@ -62,14 +64,26 @@ else:
     emit(event="fresh")
 
 
+SAVE_SECONDS = float(os.environ.get("TRAINER_SAVE_SECONDS", "0"))
+
+
 def on_term(signum, frame):
     if MODE == "backup":
+        time.sleep(SAVE_SECONDS)  # a save that takes a while, as a real one does
         save(os.path.join(root, "backup"), step)
     emit(event="terminated", step=step)
     sys.exit(0)
 
 
+def on_usr1(signum, frame):
+    # "Save now" (--notice-signal USR1): save and keep training.
+    save(os.path.join(root, "backup"), step)
+    emit(event="saved_now", step=step)
+
+
 signal.signal(signal.SIGTERM, on_term)
+if os.environ.get("TRAINER_ON_USR1") == "save":
+    signal.signal(signal.SIGUSR1, on_usr1)
 crash_after = int(os.environ.get("TRAINER_CRASH_AFTER", "0"))
 saves = 0
 while True:
