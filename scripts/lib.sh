@@ -1,7 +1,7 @@
 # Shared helpers for lifeboat's scripts. Source it; it defines functions and
 # constants only.
 
-log() { printf '==> %s\n' "$*" >&2; }
+log() { printf '==> %s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
 # LIFEBOAT_LDFLAGS are the linker flags of every lifeboat build
 # (signals.LinkFlag; the Dockerfile spells them out): they turn the Go
