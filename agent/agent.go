@@ -89,6 +89,10 @@ type Agent struct {
 	flushCh chan flushReq
 	running chan struct{} // closed when Run starts
 	stopped chan struct{} // closed when Run returns
+	// writing is true during a flush that began while the trainer may
+	// still be writing (FlushWhenWritten): its scans wait for checkpoints
+	// to settle. Run's goroutine owns it.
+	writing bool
 
 	mu       sync.Mutex
 	stats    Stats
@@ -107,9 +111,10 @@ type Agent struct {
 }
 
 type flushReq struct {
-	ctx   context.Context
-	keep  bool // Sync: go on running afterwards
-	reply chan error
+	ctx     context.Context
+	keep    bool // Sync: go on running afterwards
+	writing bool // the trainer may still be writing: the scan waits for checkpoints to settle
+	reply   chan error
 }
 
 // New checks cfg and returns an Agent; start it with Run.
@@ -233,6 +238,7 @@ func (a *Agent) Run(ctx context.Context) {
 			}
 			return
 		case req := <-a.flushCh:
+			a.writing = req.writing
 			req.reply <- a.flush(req.ctx, inflight)
 			if !req.keep {
 				return
@@ -289,7 +295,7 @@ const (
 // and an interrupted save are marked done: neither is returned again
 // until its content changes.
 func (a *Agent) pick(p pass) (newest watch.Ready, older []watch.Ready, ok bool) {
-	ready, err := a.cfg.Watcher.Scan(p == final)
+	ready, err := a.cfg.Watcher.Scan(p == final && !a.writing)
 	if err != nil {
 		a.cfg.Log.Warn("checkpoint.scan_failed", "err", err)
 		return watch.Ready{}, nil, false
@@ -488,13 +494,60 @@ func (a *Agent) finished(r watch.Ready, older []watch.Ready, err error) {
 // newest checkpoint could not be committed in time (the previous committed
 // one then stays the latest). Flush waits for Run to start; Run returns
 // after serving one Flush.
-func (a *Agent) Flush(ctx context.Context) error { return a.request(ctx, false) }
+func (a *Agent) Flush(ctx context.Context) error { return a.request(ctx, false, false) }
 
 // Sync is Flush without ending the loop: after a trainer crash, it commits
 // what the trainer completed before it is restarted.
-func (a *Agent) Sync(ctx context.Context) error { return a.request(ctx, true) }
+func (a *Agent) Sync(ctx context.Context) error { return a.request(ctx, true, false) }
 
-func (a *Agent) request(ctx context.Context, keep bool) error {
+// ErrStillWriting says that the trainer was still writing when a
+// sidecar's final upload had to begin: its last save may be missing from
+// what was committed.
+var ErrStillWriting = errors.New("the trainer was still writing when the final upload had to begin")
+
+// FlushWhenWritten is a sidecar's final upload. The trainer runs in
+// another container, and may still be writing its last checkpoint when
+// the sidecar is stopped (a classic sidecar gets SIGTERM with it). It
+// waits, until at the latest, while the Watcher says the trainer is
+// writing (watch.Watcher.Writing: its processes run, or without a view of
+// them, files changed within --settle), then runs Flush. When the trainer
+// is still writing at until, the flush applies the usual completeness
+// rules instead of a final scan's (a checkpoint that has not settled, or
+// is open for writing, is not taken for whole, and the previous committed
+// one stays the latest), and it returns ErrStillWriting.
+func (a *Agent) FlushWhenWritten(ctx context.Context, until time.Time) error {
+	t0 := a.cfg.Clock()
+	writing, why := a.cfg.Watcher.Writing()
+	if writing {
+		a.cfg.Log.Info("checkpoint.waiting_for_trainer", "reason", why, "until", until.UTC().Format(time.RFC3339Nano),
+			"effect", "the final upload begins once the trainer has finished writing")
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for writing && a.cfg.Clock().Before(until) {
+		select {
+		case <-ctx.Done():
+			return a.request(ctx, false, true)
+		case <-tick.C:
+		}
+		writing, why = a.cfg.Watcher.Writing()
+	}
+	if !writing {
+		if d := a.cfg.Clock().Sub(t0); d >= 100*time.Millisecond {
+			a.cfg.Log.Info("checkpoint.trainer_done", "waited_seconds", d.Seconds())
+		}
+		return a.request(ctx, false, false)
+	}
+	a.cfg.Log.Warn("checkpoint.trainer_still_writing", "reason", why, "waited_seconds", a.cfg.Clock().Sub(t0).Seconds(),
+		"effect", "the final upload begins now, taking only checkpoints that have settled: the trainer's last save may be missing, and the previous committed checkpoint then stays the latest",
+		"hint", "raise the pod's terminationGracePeriodSeconds and --grace, lower --flush-wait, or have the trainer save faster (docs: the classic sidecar)")
+	if err := a.request(ctx, false, true); err != nil {
+		return err
+	}
+	return ErrStillWriting
+}
+
+func (a *Agent) request(ctx context.Context, keep, writing bool) error {
 	select {
 	case <-a.running:
 	case <-ctx.Done():
@@ -502,7 +555,7 @@ func (a *Agent) request(ctx context.Context, keep bool) error {
 	}
 	reply := make(chan error, 1)
 	select {
-	case a.flushCh <- flushReq{ctx: ctx, keep: keep, reply: reply}:
+	case a.flushCh <- flushReq{ctx: ctx, keep: keep, writing: writing, reply: reply}:
 	case <-a.stopped:
 		return errors.New("agent: flush after the agent stopped")
 	case <-ctx.Done():

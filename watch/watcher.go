@@ -197,8 +197,13 @@ func (w *Watcher) Scan(final bool) ([]Ready, error) {
 		if w.done[c.ID] == fp || len(c.Files) == 0 || withheld[c.ID] {
 			continue
 		}
-		settled := c.Marker || (final && !w.cfg.WritersInvisible) ||
-			(now.Sub(st.since) >= w.cfg.Settle && now.Sub(c.LastChange()) >= w.cfg.Settle)
+		// A final scan with the writers invisible goes by the files'
+		// times alone: it comes after the caller waited for the directory
+		// to be quiet (Writing), and the last background scan may be older
+		// than the trainer's last write.
+		quiet := now.Sub(c.LastChange()) >= w.cfg.Settle
+		settled := c.Marker || (final && !w.cfg.WritersInvisible) || (final && quiet) ||
+			(now.Sub(st.since) >= w.cfg.Settle && quiet)
 		if !settled {
 			continue
 		}

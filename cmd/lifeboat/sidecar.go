@@ -110,9 +110,14 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 	if o.flushWait > 0 {
 		time.Sleep(o.flushWait)
 	}
-	fctx, fcancel := context.WithDeadline(context.Background(), stopAt.Add(o.grace-supervisor.ExitMargin))
+	end := stopAt.Add(o.grace - supervisor.ExitMargin)
+	fctx, fcancel := context.WithDeadline(context.Background(), end)
 	defer fcancel()
-	err = p.agent.Flush(fctx)
+	// The trainer, in another container, may still be writing: the final
+	// upload waits for it, keeping the upload's reserve (at most half the
+	// grace, as run does).
+	reserve, _ := p.agent.Reserve()
+	err = p.agent.FlushWhenWritten(fctx, end.Add(-min(reserve, o.grace/2)))
 	js.settle(fctx)
 	<-done
 	o.kube.flushed(true, err)

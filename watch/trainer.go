@@ -1,0 +1,176 @@
+package watch
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// TrainerProcesses returns the processes of the trainer that a sidecar
+// serves, as far as it can see them: the processes in ProcRoot, other
+// than lifeboat and its ancestors, that live in another mount namespace
+// (another container of the pod) and have the volume Dir is on mounted
+// (the same device and the same root, or one beneath the other: a
+// subPath). Other containers of the pod (a service mesh proxy, a log
+// shipper) do not mount the checkpoint volume and are not counted; nor is
+// a process in lifeboat's own mount namespace (its own container), nor
+// one whose namespace or mounts lifeboat may not read. It returns nil
+// when Dir's mount cannot be found, and without a shared PID namespace.
+func (w *Watcher) TrainerProcesses() []int {
+	vol, ok := volumeOf(filepath.Join(w.cfg.ProcRoot, "self", "mountinfo"), w.cfg.Dir)
+	if !ok {
+		return nil
+	}
+	own, err := os.Readlink(filepath.Join(w.cfg.ProcRoot, "self", "ns", "mnt"))
+	if err != nil {
+		return nil
+	}
+	ents, err := os.ReadDir(w.cfg.ProcRoot)
+	if err != nil {
+		return nil
+	}
+	skip := ancestors(w.cfg.ProcRoot, w.self)
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || skip[pid] {
+			continue
+		}
+		ns, err := os.Readlink(filepath.Join(w.cfg.ProcRoot, e.Name(), "ns", "mnt"))
+		if err != nil || ns == own {
+			continue
+		}
+		if mounts(filepath.Join(w.cfg.ProcRoot, e.Name(), "mountinfo"), vol) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// mount is a file system mount as mountinfo(5) gives it.
+type mount struct {
+	dev  string // major:minor
+	root string // the directory of the file system mounted
+	at   string // the mount point
+}
+
+// volumeOf returns the mount that dir is on, from a mountinfo file: the
+// one with the longest mount point that holds dir (the last such line,
+// which is on top of any earlier one at the same point).
+func volumeOf(mountinfo, dir string) (mount, bool) {
+	if d, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = d
+	}
+	dir, _ = filepath.Abs(dir)
+	var best mount
+	found := false
+	readMounts(mountinfo, func(m mount) bool {
+		if within(dir, m.at) && (!found || len(m.at) >= len(best.at)) {
+			best, found = m, true
+		}
+		return true
+	})
+	return best, found
+}
+
+// mounts reports whether the mountinfo file lists vol's file system: the
+// same device, and a root that is vol's or holds it or lies beneath it.
+func mounts(mountinfo string, vol mount) bool {
+	hit := false
+	readMounts(mountinfo, func(m mount) bool {
+		if m.dev == vol.dev && (within(m.root, vol.root) || within(vol.root, m.root)) {
+			hit = true
+			return false
+		}
+		return true
+	})
+	return hit
+}
+
+// within reports whether path is dir or lies beneath it.
+func within(path, dir string) bool {
+	return path == dir || dir == "/" || strings.HasPrefix(path, dir+"/")
+}
+
+// readMounts calls f for each line of a mountinfo file until f returns
+// false; a file that cannot be read gives no mounts.
+func readMounts(mountinfo string, f func(mount) bool) {
+	file, err := os.Open(mountinfo)
+	if err != nil {
+		return
+	}
+	defer file.Close()
+	sc := bufio.NewScanner(file)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		// id parent major:minor root mount-point options ... - type source
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		if !f(mount{dev: fields[2], root: unescapeMount(fields[3]), at: unescapeMount(fields[4])}) {
+			return
+		}
+	}
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space, \011,
+// \012, \134).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// Writing reports whether the trainer may still be writing a checkpoint,
+// and why: with its processes visible (TrainerProcesses), while one of
+// them runs; with Config.WritersInvisible, while some file under Dir has
+// changed within Settle. A sidecar's final upload waits for it to turn
+// false (agent.Agent.FlushWhenWritten). It reads the directory and ProcRoot
+// and touches no state of the Watcher: it is safe to call while another
+// goroutine scans.
+func (w *Watcher) Writing() (bool, string) {
+	if !w.cfg.WritersInvisible {
+		if pids := w.TrainerProcesses(); len(pids) > 0 {
+			return true, fmt.Sprintf("%d processes of the trainer's container still run (pid %d)", len(pids), pids[0])
+		}
+		return false, ""
+	}
+	l, err := scanDir(w.cfg.Dir, w.cfg.Marker, w.cfg.Exclude)
+	if err != nil {
+		return false, ""
+	}
+	var last time.Time
+	for _, f := range l.files {
+		last = maxTime(last, f.ModTime, f.ChangeTime)
+	}
+	if age := w.cfg.Clock().Sub(last); !last.IsZero() && age < w.cfg.Settle {
+		return true, fmt.Sprintf("a file changed %s ago, less than --settle %s (the trainer's processes are not visible)", age.Round(time.Millisecond), w.cfg.Settle)
+	}
+	return false, ""
+}
+
+func maxTime(t time.Time, ts ...time.Time) time.Time {
+	for _, u := range ts {
+		if u.After(t) {
+			t = u
+		}
+	}
+	return t
+}
