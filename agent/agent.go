@@ -107,6 +107,8 @@ type Agent struct {
 	// refused is the highest step refused as an interrupted save during
 	// the flush in progress, -1 when none.
 	refused int64
+	// flushNote says what the last final upload did (FlushNote).
+	flushNote string
 	notify  func(Event) // events.go
 }
 
@@ -581,7 +583,7 @@ func (a *Agent) request(ctx context.Context, keep, writing bool) error {
 func (a *Agent) flush(ctx context.Context, inflight *job) error {
 	t0 := a.cfg.Clock()
 	a.mu.Lock()
-	a.refused = -1
+	a.refused, a.flushNote = -1, ""
 	a.mu.Unlock()
 	r, older, ok := a.pick(final)
 	if inflight != nil {
@@ -629,17 +631,45 @@ func (a *Agent) flush(ctx context.Context, inflight *job) error {
 		args = append(args, "refused_step", refused)
 	}
 	a.cfg.Log.Info("checkpoint.flush_nothing_new", args...)
+	latest := "no checkpoint is committed yet"
+	if last := a.Stats().LastStep; last >= 0 {
+		latest = fmt.Sprintf("step %d stays the latest", last)
+	}
+	if refused := a.refusedStep(); refused >= 0 {
+		a.setFlushNote(fmt.Sprintf("the final upload refused step %d, an interrupted save; %s", refused, latest))
+	} else {
+		a.setFlushNote("nothing new to commit at the end; " + latest)
+	}
 	return nil
+}
+
+// FlushNote says, for the termination message, what the last final
+// upload committed and, when it refused a newer step as an interrupted
+// save, instead of which; with nothing new, which step stays the latest;
+// "" before a final upload, or when it failed.
+func (a *Agent) FlushNote() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.flushNote
+}
+
+func (a *Agent) setFlushNote(s string) {
+	a.mu.Lock()
+	a.flushNote = s
+	a.mu.Unlock()
 }
 
 // logFlush logs the final upload's commit of r, and the newer step it was
 // committed instead of, when that one was refused as an interrupted save.
 func (a *Agent) logFlush(t0 time.Time, r watch.Ready) {
 	args := []any{"step", r.Step, "bytes", r.Bytes(), "seconds", a.cfg.Clock().Sub(t0).Seconds()}
+	note := fmt.Sprintf("the final upload committed step %d", r.Step)
 	if refused := a.refusedStep(); refused > r.Step {
 		args = append(args, "instead_of", refused)
+		note += fmt.Sprintf(" instead of step %d, an interrupted save", refused)
 	}
 	a.cfg.Log.Info("checkpoint.flushed", args...)
+	a.setFlushNote(note)
 }
 
 // refusedStep is the highest step refused during this flush, -1 if none.

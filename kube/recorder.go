@@ -67,6 +67,7 @@ type Recorder struct {
 	since     time.Time // work since then is in no committed checkpoint
 	stopAt    time.Time // when the stop began; zero before
 	final     bool      // the final flush committed a step
+	refused   int64     // highest step refused as an interrupted save since the stop; -1: none
 }
 
 // NewRecorder returns a Recorder sending through r. Work counts as at risk
@@ -75,7 +76,7 @@ func NewRecorder(r *Reporter, o RecorderOptions) *Recorder {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	return &Recorder{r: r, cost: o.DeletionCost, clock: o.Clock, step: -1, since: o.Clock()}
+	return &Recorder{r: r, cost: o.DeletionCost, clock: o.Clock, step: -1, refused: -1, since: o.Clock()}
 }
 
 // Committed records a commit of step (bytes, its upload took seconds),
@@ -93,7 +94,7 @@ func (c *Recorder) Committed(step, bytes int64, seconds float64, saved time.Time
 	if saved.IsZero() || saved.After(now) {
 		c.since = now
 	}
-	stopAt := c.stopAt
+	stopAt, refused := c.stopAt, c.refused
 	if final && !stopAt.IsZero() {
 		c.final = true // not a restart's commit (Sync), which is final too
 	}
@@ -101,8 +102,11 @@ func (c *Recorder) Committed(step, bytes int64, seconds float64, saved time.Time
 	c.mu.Unlock()
 	c.r.Annotate(a)
 	if final && !stopAt.IsZero() {
-		c.r.Event(Event{Type: Normal, Reason: ReasonPreemptedCommitted, At: now,
-			Message: fmt.Sprintf("preempted: committed step %d (%d bytes) %s after the stop began", step, bytes, secs(now.Sub(stopAt).Seconds()))})
+		msg := fmt.Sprintf("preempted: committed step %d (%d bytes) %s after the stop began", step, bytes, secs(now.Sub(stopAt).Seconds()))
+		if refused > step {
+			msg += fmt.Sprintf(", instead of step %d, an interrupted save", refused)
+		}
+		c.r.Event(Event{Type: Normal, Reason: ReasonPreemptedCommitted, At: now, Message: msg})
 		return
 	}
 	c.r.Event(Event{Type: Normal, Reason: ReasonCommitted, At: now,
@@ -147,6 +151,9 @@ func (c *Recorder) Interrupted(step int64, path, why string) {
 	}
 	c.mu.Lock()
 	last := c.step
+	if !c.stopAt.IsZero() && step > c.refused {
+		c.refused = step // said again by the stop's PreemptedCommitted
+	}
 	c.mu.Unlock()
 	what := fmt.Sprintf("step %d", step)
 	if path != "" {
@@ -194,7 +201,7 @@ func (c *Recorder) Flushed(stopped bool, err error) {
 	}
 	now := c.clock()
 	c.mu.Lock()
-	final, step, stopAt := c.final, c.step, c.stopAt
+	final, step, stopAt, refused := c.final, c.step, c.stopAt, c.refused
 	c.mu.Unlock()
 	if stopAt.IsZero() {
 		stopAt = now
@@ -207,6 +214,9 @@ func (c *Recorder) Flushed(stopped bool, err error) {
 	case err != nil:
 		c.r.Event(Event{Type: Warning, Reason: ReasonPreemptedCommitFailed, At: now,
 			Message: fmt.Sprintf("preempted: the final upload failed %s after the stop began: %v; %s", secs(now.Sub(stopAt).Seconds()), err, latest)})
+	case !final && refused > step:
+		c.r.Event(Event{Type: Normal, Reason: ReasonPreemptedCommitted, At: now,
+			Message: fmt.Sprintf("preempted: step %d was an interrupted save and was not committed; %s", refused, latest)})
 	case !final:
 		c.r.Event(Event{Type: Normal, Reason: ReasonPreemptedCommitted, At: now,
 			Message: "preempted: nothing new to commit; " + latest})

@@ -128,6 +128,33 @@ func TestPreemptionEvents(t *testing.T) {
 			t.Errorf("events %v", bodies(ev))
 		}
 	})
+	t.Run("committed instead of an interrupted save", func(t *testing.T) {
+		set(0)
+		ev := run(t, func(rec *Recorder) {
+			rec.Interrupted(1250, "step-1250/model.pt", "a background scan's") // before the stop: not the stop's
+			rec.Stopping(start)
+			rec.Interrupted(1300, "step-1300/model.pt", "zip: no end-of-central-directory record")
+			set(2 * time.Second)
+			rec.Committed(1200, 4096, 1, start, true)
+			rec.Flushed(true, nil)
+		})
+		if len(ev) != 3 || ev[2].Body["reason"] != ReasonPreemptedCommitted ||
+			ev[2].Body["message"] != "preempted: committed step 1200 (4096 bytes) 2.0s after the stop began, instead of step 1300, an interrupted save" {
+			t.Errorf("events %v", bodies(ev))
+		}
+	})
+	t.Run("nothing committed instead of an interrupted save", func(t *testing.T) {
+		ev := run(t, func(rec *Recorder) {
+			rec.Committed(1100, 1, 1, time.Time{}, false)
+			rec.Stopping(start)
+			rec.Interrupted(1300, "", "the trainer was killed while writing it")
+			rec.Flushed(true, nil)
+		})
+		if len(ev) != 3 || ev[2].Body["reason"] != ReasonPreemptedCommitted ||
+			ev[2].Body["message"] != "preempted: step 1300 was an interrupted save and was not committed; step 1100 stays the latest" {
+			t.Errorf("events %v", bodies(ev))
+		}
+	})
 	t.Run("no stop", func(t *testing.T) {
 		ev := run(t, func(rec *Recorder) {
 			rec.Committed(1300, 1, 1, time.Time{}, true)

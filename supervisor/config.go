@@ -81,6 +81,11 @@ type Config struct {
 	// CodeFlushFailed.
 	AfterExit        func(ctx context.Context, stopped bool) error
 	AfterExitTimeout time.Duration // default Grace
+	// FlushNote, when set, is asked after AfterExit for what the final
+	// upload did, for the termination message ("the final upload
+	// committed step 100 instead of step 200, an interrupted save"); ""
+	// adds nothing.
+	FlushNote func() string
 
 	// MaxRuntime, when set, stops the trainer exactly as a preemption would
 	// once it has run this long (clusters that reclaim jobs older than 72h),

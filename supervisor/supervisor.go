@@ -754,6 +754,10 @@ func (l *loop) finish() error {
 	}
 	if l.flushErr != nil {
 		msg += "; the last checkpoint could not be uploaded: " + l.flushErr.Error()
+	} else if l.cfg.FlushNote != nil && l.childDone {
+		if note := l.cfg.FlushNote(); note != "" {
+			msg += "; " + note
+		}
 	}
 	msg += fmt.Sprintf("; exit code %d", code)
 	l.writeTerminationLog(msg)

@@ -291,6 +291,7 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 			js.settle(ctx)
 			return err
 		}
+		cfg.FlushNote = p.agent.FlushNote
 		cfg.OnReap = p.agent.Reaped
 		cfg.BeforeKill = p.agent.Killing
 		cfg.JobWideStop = js.joined

@@ -58,7 +58,8 @@ func TestTorchCheckpointsCommitted(t *testing.T) {
 			if err := os.Mkdir(pod, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			r := startTorch(t, url, pod, nil, "train", tc.onTerm)
+			tlog := filepath.Join(root, "termination-log")
+			r := startTorch(t, url, pod, []string{"--termination-log", tlog}, "train", tc.onTerm)
 			for e := r.next(t); e.Event != "idle"; e = r.next(t) {
 			}
 			r.signal(syscall.SIGTERM)
@@ -80,6 +81,15 @@ func TestTorchCheckpointsCommitted(t *testing.T) {
 				if m == nil || m["path"] != "step-000200/model.pt" {
 					t.Errorf("checkpoint.interrupted %v, want one with path step-000200/model.pt; stderr:\n%s", m, tail(log))
 				}
+			}
+			// The termination message says what the stop committed, and
+			// which newer step it refused.
+			want := []string{"the final upload committed step 200", "step 200 stays the latest"}
+			if tc.step != 200 {
+				want = []string{"step 200, an interrupted save"}
+			}
+			if b, _ := os.ReadFile(tlog); !strings.Contains(string(b), want[0]) && (len(want) == 1 || !strings.Contains(string(b), want[1])) {
+				t.Errorf("termination message %q does not say %q", b, want)
 			}
 
 			pod2 := filepath.Join(root, "pod-2")
