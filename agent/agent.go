@@ -109,7 +109,7 @@ type Agent struct {
 	refused int64
 	// flushNote says what the last final upload did (FlushNote).
 	flushNote string
-	notify  func(Event) // events.go
+	notify    func(Event) // events.go
 }
 
 type flushReq struct {
