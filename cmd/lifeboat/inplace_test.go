@@ -206,6 +206,47 @@ func TestOlderLocalStepNotCommittedAfterRestore(t *testing.T) {
 	}
 }
 
+// TestRestoreFailsWithoutItsResumeFile (issue 35, row 3 with `lifeboat
+// restore` + `run --restore never`): the resume file is what tells `run
+// --restore never` what was restored, and so what is stale. When `lifeboat
+// restore` restores step 100 but cannot write it (here a directory of its
+// name is in the way), it exits 1 saying so and what to do, rather than 0:
+// the init container fails instead of handing the main container a
+// volume whose restored checkpoint it would not know, where the trainer
+// would start fresh and the other experiment's step-000050/ would be new
+// work. The directory in the way is left as it was. Before, restore
+// logged resume.write_file_failed and exited 0.
+func TestRestoreFailsWithoutItsResumeFile(t *testing.T) {
+	store := map[string][]byte{"step-000100/model.pdparams": pickleBytes([]byte("this job's model at step 100"))}
+	for _, form := range []string{"newest", "--step"} {
+		t.Run(form, func(t *testing.T) {
+			url := storeWith(t, 100, store)
+			dir := t.TempDir()
+			writeTree(t, dir, map[string][]byte{
+				"step-000050/model.pdparams":            pickleBytes([]byte("another experiment's model")),
+				".lifeboat-resume.json/left-by-another": []byte("not lifeboat's"),
+			})
+			ageTree(t, dir)
+			args := []string{"restore", "--store", url, "--dir", dir}
+			if form == "--step" {
+				args = append(args, "--step", "100")
+			}
+			code, out := runLifeboat(t, nil, args...)
+			if code != 1 {
+				t.Fatalf("restore exited %d, want 1:\n%s", code, out)
+			}
+			for _, want := range []string{"lifeboat restore: ", ".lifeboat-resume.json", "--restore never", "run lifeboat restore again"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("the error does not say %q:\n%s", want, out)
+				}
+			}
+			if b, err := os.ReadFile(filepath.Join(dir, ".lifeboat-resume.json", "left-by-another")); err != nil || string(b) != "not lifeboat's" {
+				t.Errorf("what was in the way changed: %q %v", b, err)
+			}
+		})
+	}
+}
+
 func mapsEqual(a, b map[string]string) bool {
 	if len(a) != len(b) {
 		return false
