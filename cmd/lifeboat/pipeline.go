@@ -79,10 +79,9 @@ func allRanks(v string) (bool, error) {
 }
 
 // restoreLatest restores the newest complete checkpoint of rank into dir,
-// falling back to older ones on corruption. nil, nil, nil means there is
-// none: a fresh start.
-// It writes the resume file; a failure to is logged, the restore stands
-// (the trainer is told by its variables).
+// falling back to older ones on corruption, and writes the resume file (a
+// failure to is logged: the trainer is told by its variables). nil, nil,
+// nil means there is none: a fresh start.
 func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, all bool, log *slog.Logger, progressTo io.Writer) (*resume.Point, *checkpoint.RestoreResult, error) {
 	r, res, err := restoreLatestEvery(ctx, s, dir, ro, workers, all, log, progressTo, 5*time.Second)
 	if r != nil {

@@ -118,7 +118,7 @@ func runRestore(ctx context.Context, o *restoreOptions) error {
 			return fmt.Errorf("step %d: %w", o.step, err)
 		}
 		logMovedAside(log, o.dir, res)
-		if err := handOn(o.dir, res.Step, resume.Restored(o.dir, res, all)); err != nil {
+		if err := handOn(o.dir, resume.Restored(o.dir, res, all)); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "restored step %d (%d files, %d bytes) into %s\n", res.Step, res.Files, res.Bytes, printable.String(res.Dir))
@@ -136,7 +136,7 @@ func runRestore(ctx context.Context, o *restoreOptions) error {
 		fmt.Fprintf(stdout, "no complete checkpoint in %s: the trainer starts fresh\n", printable.String(s.String()))
 		return nil
 	}
-	if err := handOn(o.dir, r.Step, r); err != nil {
+	if err := handOn(o.dir, r); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "restored step %s (id %s) into %s\n", strconv.FormatInt(r.Step, 10), printable.String(r.ID), printable.String(r.Dir))
@@ -144,14 +144,14 @@ func runRestore(ctx context.Context, o *restoreOptions) error {
 	return nil
 }
 
-// handOn writes the resume file of the restore of step into dir: what
+// handOn writes r, what was restored into dir, as dir's resume file: what
 // tells `run --restore never` what was restored (and so what in dir is
 // stale). A restore that cannot hand it on has failed: without it the
 // trainer would start fresh over the restored checkpoint and everything in
 // dir would be taken as new work.
-func handOn(dir string, step int64, r *resume.Point) error {
+func handOn(dir string, r *resume.Point) error {
 	if err := resume.Write(dir, r); err != nil {
-		return fmt.Errorf("restored step %d, but %w; lifeboat run --restore never learns from that file what was restored, and without it the trainer would start fresh and everything in --dir would be uploaded as new work: free that path (or the volume) and run lifeboat restore again", step, err)
+		return fmt.Errorf("restored step %d, but %w; lifeboat run --restore never learns from that file what was restored, and without it the trainer would start fresh and everything in --dir would be uploaded as new work: free that path (or the volume) and run lifeboat restore again", r.Step, err)
 	}
 	return nil
 }
