@@ -132,6 +132,121 @@ func TestRestoreMovesStrayFilesAside(t *testing.T) {
 	}
 }
 
+// restoreInit runs `lifeboat restore` into dir, as an init container
+// does before `lifeboat run --restore never`, and returns its output.
+func restoreInit(t *testing.T, url, dir string) string {
+	t.Helper()
+	code, out := runLifeboat(t, nil, "restore", "--store", url, "--dir", dir)
+	if code != 0 {
+		t.Fatalf("restore exited %d:\n%s", code, out)
+	}
+	return out
+}
+
+// TestOlderLocalStepNotCommittedAfterRestore (issue 35, row 3): the
+// volume holds an untouched step-000050/ of another experiment; the
+// store's newest is step 100. After `lifeboat run`, and after `lifeboat
+// restore` + `run --restore never`, the trainer resumes the store's 100,
+// step 50 is logged once as stale (checkpoint.stale) and never committed,
+// it stays on the volume as it was, and the next restore gives step 100.
+// Whether the other experiment last wrote step 50 two days before the
+// store's step 100 was committed or after it does not matter: it did not
+// change after the restore. Before, step-000050/ was committed after
+// step 100 and the next restore gave step 50, the other run's weights.
+func TestOlderLocalStepNotCommittedAfterRestore(t *testing.T) {
+	store := map[string][]byte{"step-000100/model.pdparams": pickleBytes([]byte("this job's model at step 100"))}
+	other := map[string][]byte{
+		"step-000050/model.pdparams": pickleBytes([]byte("another experiment's model at its step 50")),
+		"step-000050/optim.pdopt":    pickleBytes([]byte("another experiment's optimizer at its step 50")),
+	}
+	for _, mode := range []string{"run", "restore+never"} {
+		for _, age := range []string{"two days old", "written after the store's commit"} {
+			t.Run(mode+"/"+age, func(t *testing.T) {
+				dir := t.TempDir()
+				var url string
+				if age == "two days old" {
+					writeTree(t, dir, other)
+					ageTree(t, dir)
+					url = storeWith(t, 100, store)
+				} else {
+					url = storeWith(t, 100, store)
+					time.Sleep(20 * time.Millisecond) // past the file system's timestamp tick
+					writeTree(t, dir, other)
+				}
+				before, _ := hashTree(t, filepath.Join(dir, "step-000050"))
+				seen := filepath.Join(t.TempDir(), "seen")
+				args := []string{"run", "--store", url, "--dir", dir}
+				source := "store"
+				if mode == "restore+never" {
+					time.Sleep(20 * time.Millisecond) // past the file system's timestamp tick
+					restoreInit(t, url, dir)
+					args, source = append(args, "--restore", "never"), "init"
+				}
+				trainer := []string{"sh", "-c", `echo "$LIFEBOAT_RESUME_STEP $LIFEBOAT_RESUME_SOURCE $LIFEBOAT_RESUME_DIR" > "$0"`, seen}
+				p := start(t, "plain", append(append(args, "--"), trainer...)...)
+				waitExit(t, p, 0)
+				logs := p.stderr.String()
+				if b, _ := os.ReadFile(seen); strings.TrimSpace(string(b)) != "100 "+source+" "+filepath.Join(dir, "step-000100") {
+					t.Errorf("the trainer was told %q, want step 100 from the %s", b, source)
+				}
+				if l := logLines(logs, "checkpoint.stale"); len(l) != 1 || fmt.Sprint(l[0]["step"]) != "50" || fmt.Sprint(l[0]["restored_step"]) != "100" {
+					t.Errorf("checkpoint.stale lines %v; want one for step 50 after the restore of 100", l)
+				}
+				if l := logLines(logs, "checkpoint.committed"); len(l) != 0 || len(manifestsIn(t, url)) != 1 {
+					t.Errorf("committed after the restore: %v (%d manifests)\n%s", l, len(manifestsIn(t, url)), tail(logs))
+				}
+				if after, odd := hashTree(t, filepath.Join(dir, "step-000050")); !mapsEqual(after, before) || len(odd) > 0 {
+					t.Errorf("the other experiment's step-000050 changed: %v %v, was %v", after, odd, before)
+				}
+				if code, out := runLifeboat(t, nil, "restore", "--store", url, "--dir", t.TempDir()); code != 0 || !strings.Contains(out, "restored step 100 ") {
+					t.Errorf("the next restore: exit %d\n%s\nwant step 100", code, out)
+				}
+			})
+		}
+	}
+}
+
+// TestRestoreFailsWithoutItsResumeFile (issue 35, row 3 with `lifeboat
+// restore` + `run --restore never`): the resume file is what tells `run
+// --restore never` what was restored, and so what is stale. When `lifeboat
+// restore` restores step 100 but cannot write it (here a directory of its
+// name is in the way), it exits 1 saying so and what to do, rather than 0:
+// the init container fails instead of handing the main container a
+// volume whose restored checkpoint it would not know, where the trainer
+// would start fresh and the other experiment's step-000050/ would be new
+// work. The directory in the way is left as it was. Before, restore
+// logged resume.write_file_failed and exited 0.
+func TestRestoreFailsWithoutItsResumeFile(t *testing.T) {
+	store := map[string][]byte{"step-000100/model.pdparams": pickleBytes([]byte("this job's model at step 100"))}
+	for _, form := range []string{"newest", "--step"} {
+		t.Run(form, func(t *testing.T) {
+			url := storeWith(t, 100, store)
+			dir := t.TempDir()
+			writeTree(t, dir, map[string][]byte{
+				"step-000050/model.pdparams":            pickleBytes([]byte("another experiment's model")),
+				".lifeboat-resume.json/left-by-another": []byte("not lifeboat's"),
+			})
+			ageTree(t, dir)
+			args := []string{"restore", "--store", url, "--dir", dir}
+			if form == "--step" {
+				args = append(args, "--step", "100")
+			}
+			code, out := runLifeboat(t, nil, args...)
+			if code != 1 {
+				t.Fatalf("restore exited %d, want 1:\n%s", code, out)
+			}
+			for _, want := range []string{"lifeboat restore: ", ".lifeboat-resume.json", "--restore never", "run lifeboat restore again"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("the error does not say %q:\n%s", want, out)
+				}
+			}
+			if b, err := os.ReadFile(filepath.Join(dir, ".lifeboat-resume.json", "left-by-another")); err != nil || string(b) != "not lifeboat's" {
+				t.Errorf("what was in the way changed: %q %v", b, err)
+			}
+		})
+	}
+}
+
 func mapsEqual(a, b map[string]string) bool {
 	if len(a) != len(b) {
 		return false
@@ -150,14 +265,17 @@ func mapsEqual(a, b map[string]string) bool {
 // lifeboat_faults build stops itself after N moves; the test then sends
 // SIGKILL): after the record is written and before anything moved, after
 // one and after all 20 strays were moved aside, after the first file, half
-// of them, and all but one moved into place. The next start (`run`, or
-// `run --restore never` after a killed `lifeboat restore`) finishes the
-// restore before anything reads the directory: the trainer resumes the
-// store's step 7 from backup/, which holds exactly the snapshot, nothing is
-// uploaded and nothing is taken as newer local work. Before, the next start
-// removed the temporary directory and took the half-moved backup/ as
-// resume.local_newer: the trainer resumed a mix of new and old files,
-// and the mix was committed.
+// of them, and all but one moved into place. The next start finishes the
+// restore before anything reads the directory: `run` after a killed `run`;
+// after a killed `lifeboat restore` (an init container), `run --restore
+// never` started on the volume at once, or `lifeboat restore` again (the
+// init container retried, or the next pod's), which finishes it and then
+// restores the store's newest, followed by `run --restore never`. Either
+// way the trainer resumes the store's step 7 from backup/, which holds
+// exactly the snapshot, nothing is uploaded and nothing is taken as newer
+// local work. Before, the next start removed the temporary directory and
+// took the half-moved backup/ as resume.local_newer: the trainer resumed a
+// mix of new and old files, and the mix was committed.
 func TestRestoreKilledWhileMovingIsFinished(t *testing.T) {
 	bin := faultLifeboat(t)
 	const nFiles, nStrays = 300, 20
@@ -175,7 +293,7 @@ func TestRestoreKilledWhileMovingIsFinished(t *testing.T) {
 		want[strings.TrimPrefix(p, "backup/")] = b
 	}
 	points := []int{0, 1, nStrays, nStrays + 1, nStrays + nFiles/2, nStrays + nFiles - 1}
-	for _, mode := range []string{"run", "restore+never"} {
+	for _, mode := range []string{"run", "restore+never", "restore+restore+never"} {
 		for _, n := range points {
 			t.Run(fmt.Sprintf("%s/after %d moves", mode, n), func(t *testing.T) {
 				dir := t.TempDir()
@@ -185,7 +303,7 @@ func TestRestoreKilledWhileMovingIsFinished(t *testing.T) {
 				// backup/ is not newer work.
 				url := storeWith(t, 7, store)
 				first := "run"
-				if mode == "restore+never" {
+				if mode != "run" {
 					first = "restore"
 				}
 				args := []string{first, "--store", url, "--dir", dir}
@@ -199,16 +317,23 @@ func TestRestoreKilledWhileMovingIsFinished(t *testing.T) {
 					t.Fatalf("the first lifeboat exited %d, want killed", code)
 				}
 
+				var logs string
+				if mode == "restore+restore+never" {
+					logs = restoreInit(t, url, dir)
+					if !strings.Contains(logs, `"msg":"resume.interrupted_restore_finished"`) || !strings.Contains(logs, "restored step 7 ") {
+						t.Errorf("the next restore did not finish the interrupted one, then restore step 7:\n%s", logs)
+					}
+				}
 				seen := filepath.Join(t.TempDir(), "seen")
 				args = []string{"run", "--store", url, "--dir", dir}
-				if mode == "restore+never" {
+				if mode != "run" {
 					args = append(args, "--restore", "never")
 				}
 				p = start(t, "plain", append(append(args, "--"), resumeTrainer(seen)...)...)
 				if code := p.wait(); code != 0 {
 					t.Fatalf("the next start exited %d:\n%s", code, p.stderr.String())
 				}
-				logs := p.stderr.String()
+				logs += p.stderr.String()
 				head, _ := readSeen(t, seen)
 				if w := "7 " + filepath.Join(dir, "backup"); head != w {
 					t.Errorf("the trainer was told %q, want %q", head, w)

@@ -209,35 +209,59 @@ func TestClockAheadDoesNotRollBack(t *testing.T) {
 // job, one volume, --keep 1: the first pod commits 100, 200 and 300 and
 // its prunes leave 300. The second pod restores 300; the volume's
 // step-000100/ and step-000200/, untouched since, are stale: never
-// committed again (checkpoint.stale), and the store still holds 300 only,
-// which the next restore takes. On the code before, the second pod
-// committed step 200 again and the next restore took it.
+// committed again (checkpoint.stale), the prune deletes nothing, and the
+// store still holds 300 only, which the next restore takes. The same with
+// each pod run as `lifeboat restore` (an init container) and then `run
+// --restore never`. On the code before, the second pod committed step 200
+// again and the next restore took it.
 func TestPrunedStepNotCommittedAgain(t *testing.T) {
-	url := "file://" + filepath.Join(t.TempDir(), "store")
-	volume, goDir := t.TempDir(), t.TempDir()
-	p := startEnv(t, "plain", nil, append(wsFlags(url, 0, 1, volume, "--keep", "1"), stepsTrainer(goDir, 100, 200, 300)...)...)
-	for i := range 3 {
-		awaitCommitsPruned(t, p, i+1)
-		release(t, goDir, i+1)
-	}
-	waitExit(t, p, 0)
-	if got := storedSteps(t, nil, url); !slices.Equal(got, []string{"300/1"}) {
-		t.Fatalf("store holds %v after the first pod, want 300", got)
-	}
-	p2 := startEnv(t, "plain", nil, append(wsFlags(url, 0, 1, volume, "--keep", "1"), "--", "true")...)
-	waitExit(t, p2, 0)
-	var stale []string
-	for _, l := range logLines(p2.stderr.String(), "checkpoint.stale") {
-		stale = append(stale, fmt.Sprint(l["step"]))
-	}
-	if slices.Sort(stale); !slices.Equal(stale, []string{"100", "200"}) {
-		t.Errorf("checkpoint.stale for steps %v, want 100 and 200", stale)
-	}
-	if got := storedSteps(t, nil, url); !slices.Equal(got, []string{"300/1"}) {
-		t.Errorf("store holds %v after the second pod, want 300 only\n%s", got, tail(p2.stderr.String()))
-	}
-	if code, out := runLifeboat(t, nil, "restore", "--store", url, "--dir", t.TempDir()); code != 0 || !strings.Contains(out, "restored step 300 ") {
-		t.Errorf("the next restore: exit %d\n%s\nwant step 300", code, out)
+	for _, mode := range []string{"run", "restore+never"} {
+		t.Run(mode, func(t *testing.T) {
+			url := "file://" + filepath.Join(t.TempDir(), "store")
+			volume, goDir := t.TempDir(), t.TempDir()
+			var extra []string
+			if mode == "restore+never" {
+				if out := restoreInit(t, url, volume); !strings.Contains(out, "no complete checkpoint") {
+					t.Fatalf("the first restore found something in an empty store:\n%s", out)
+				}
+				extra = []string{"--restore", "never"}
+			}
+			p := startEnv(t, "plain", nil, append(wsFlags(url, 0, 1, volume, append(extra, "--keep", "1")...), stepsTrainer(goDir, 100, 200, 300)...)...)
+			for i := range 3 {
+				awaitCommitsPruned(t, p, i+1)
+				release(t, goDir, i+1)
+			}
+			waitExit(t, p, 0)
+			if got := storedSteps(t, nil, url); !slices.Equal(got, []string{"300/1"}) {
+				t.Fatalf("store holds %v after the first pod, want 300", got)
+			}
+			if mode == "restore+never" {
+				if out := restoreInit(t, url, volume); !strings.Contains(out, "restored step 300 ") {
+					t.Fatalf("the second pod's restore did not restore step 300:\n%s", out)
+				}
+			}
+			p2 := startEnv(t, "plain", nil, append(wsFlags(url, 0, 1, volume, append(extra, "--keep", "1")...), "--", "true")...)
+			waitExit(t, p2, 0)
+			var stale []string
+			for _, l := range logLines(p2.stderr.String(), "checkpoint.stale") {
+				stale = append(stale, fmt.Sprint(l["step"]))
+			}
+			if slices.Sort(stale); !slices.Equal(stale, []string{"100", "200"}) {
+				t.Errorf("checkpoint.stale for steps %v, want 100 and 200", stale)
+			}
+			if l := logLines(p2.stderr.String(), "checkpoint.committed"); len(l) != 0 {
+				t.Errorf("the second pod committed %v", l)
+			}
+			if l := logLines(p2.stderr.String(), "checkpoint.pruned"); len(l) != 0 {
+				t.Errorf("the second pod pruned %v", l)
+			}
+			if got := storedSteps(t, nil, url); !slices.Equal(got, []string{"300/1"}) {
+				t.Errorf("store holds %v after the second pod, want 300 only\n%s", got, tail(p2.stderr.String()))
+			}
+			if code, out := runLifeboat(t, nil, "restore", "--store", url, "--dir", t.TempDir()); code != 0 || !strings.Contains(out, "restored step 300 ") {
+				t.Errorf("the next restore: exit %d\n%s\nwant step 300", code, out)
+			}
+		})
 	}
 }
 

@@ -79,16 +79,22 @@ func allRanks(v string) (bool, error) {
 }
 
 // restoreLatest restores the newest complete checkpoint of rank into dir,
-// falling back to older ones on corruption. nil, nil, nil means there is
-// none: a fresh start.
+// falling back to older ones on corruption, and writes the resume file (a
+// failure to is logged: the trainer is told by its variables). nil, nil,
+// nil means there is none: a fresh start.
 func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, all bool, log *slog.Logger, progressTo io.Writer) (*resume.Point, *checkpoint.RestoreResult, error) {
-	return restoreLatestEvery(ctx, s, dir, ro, workers, all, log, progressTo, 5*time.Second)
+	r, res, err := restoreLatestEvery(ctx, s, dir, ro, workers, all, log, progressTo, 5*time.Second)
+	if r != nil {
+		writeResumeFile(dir, r, log)
+	}
+	return r, res, err
 }
 
 // restoreLatestEvery is restoreLatest reporting progress to progressTo (a
-// bar on a terminal) or, every interval, to log. With all, it restores
-// every rank's files of the newest complete step of any world size into
-// --dir/.lifeboat-ranks (checkpoint.RestoreOptions.AllRanks).
+// bar on a terminal) or, every interval, to log, without writing the
+// resume file. With all, it restores every rank's files of the newest
+// complete step of any world size into --dir/.lifeboat-ranks
+// (checkpoint.RestoreOptions.AllRanks).
 func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, all bool, log *slog.Logger, progressTo io.Writer, interval time.Duration) (*resume.Point, *checkpoint.RestoreResult, error) {
 	t0 := time.Now()
 	pr := newProgress(progressTo, log, interval)
@@ -126,7 +132,6 @@ func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro ran
 	}
 	logMovedAside(log, dir, res)
 	r := resume.Restored(dir, res, all)
-	writeResumeFile(dir, r, log)
 	el := time.Since(t0)
 	log.Info("resume.restored", "step", res.Step, "rank", ro.rank, "files", res.Files, "bytes", res.Bytes,
 		"seconds", el.Seconds(), "mb_per_s", float64(res.Bytes)/1e6/max(el.Seconds(), 1e-9), "dir", r.Dir, "manifest_id", r.ID, "line", checkpoint.ShortLine(res.Line))

@@ -118,7 +118,9 @@ func runRestore(ctx context.Context, o *restoreOptions) error {
 			return fmt.Errorf("step %d: %w", o.step, err)
 		}
 		logMovedAside(log, o.dir, res)
-		writeResumeFile(o.dir, resume.Restored(o.dir, res, all), log)
+		if err := handOn(o.dir, resume.Restored(o.dir, res, all)); err != nil {
+			return err
+		}
 		fmt.Fprintf(stdout, "restored step %d (%d files, %d bytes) into %s\n", res.Step, res.Files, res.Bytes, printable.String(res.Dir))
 		o.kube.restored(ctx, log, res.Step, time.Since(t0).Seconds())
 		return nil
@@ -134,7 +136,22 @@ func runRestore(ctx context.Context, o *restoreOptions) error {
 		fmt.Fprintf(stdout, "no complete checkpoint in %s: the trainer starts fresh\n", printable.String(s.String()))
 		return nil
 	}
+	if err := handOn(o.dir, r); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "restored step %s (id %s) into %s\n", strconv.FormatInt(r.Step, 10), printable.String(r.ID), printable.String(r.Dir))
 	o.kube.restored(ctx, log, r.Step, time.Since(t0).Seconds())
+	return nil
+}
+
+// handOn writes r, what was restored into dir, as dir's resume file: what
+// tells `run --restore never` what was restored (and so what in dir is
+// stale). A restore that cannot hand it on has failed: without it the
+// trainer would start fresh over the restored checkpoint and everything in
+// dir would be taken as new work.
+func handOn(dir string, r *resume.Point) error {
+	if err := resume.Write(dir, r); err != nil {
+		return fmt.Errorf("restored step %d, but %w; lifeboat run --restore never learns from that file what was restored, and without it the trainer would start fresh and everything in --dir would be uploaded as new work: free that path (or the volume) and run lifeboat restore again", r.Step, err)
+	}
 	return nil
 }
