@@ -4,7 +4,9 @@
 //
 // Rules (docs/FORMAT.md has the storage side):
 //   - Newest wins. When several checkpoints are complete at once, only the
-//     newest is uploaded; the older ones are marked superseded.
+//     newest is uploaded; the older ones are marked superseded. A named
+//     step is never superseded by a counter checkpoint of the same moment
+//     (see Agent.newest).
 //   - An upload in flight is finished, not cancelled, when a newer
 //     checkpoint appears during training: its chunks are mostly what the
 //     next one needs anyway, and cancelling could starve uploads when
@@ -17,8 +19,10 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path"
@@ -27,6 +31,7 @@ import (
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
+	"github.com/lifeboat-project/lifeboat/internal/beneath"
 	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/watch"
 )
@@ -109,6 +114,13 @@ type Agent struct {
 	refused int64
 	// flushNote says what the last final upload did (FlushNote).
 	flushNote string
+	// counterNext: the last pick chose a named step over a counter
+	// checkpoint with newer content, which the next pick returns (Run's
+	// goroutine only).
+	counterNext bool
+	// lastNamed is the named step newest last chose, for a counter
+	// checkpoint that completes in a later scan (Run's goroutine only).
+	lastNamed *watch.Ready
 	notify    func(Event) // events.go
 }
 
@@ -328,12 +340,122 @@ func (a *Agent) pick(p pass) (newest watch.Ready, older []watch.Ready, ok bool) 
 	if len(out) == 0 {
 		return watch.Ready{}, nil, false
 	}
-	newest = out[len(out)-1]
+	newest, older = a.newest(out)
+	if newest.ID == "" {
+		return watch.Ready{}, nil, false
+	}
 	a.cfg.Watcher.Number(&newest)
 	a.mu.Lock()
 	a.stats.LastBytes = newest.Bytes()
 	a.mu.Unlock()
-	return newest, out[:len(out)-1], true
+	return newest, older, true
+}
+
+// newest chooses, among complete checkpoints (as Scan orders them: named
+// ones by ascending step, counter ones last), the one to commit now and
+// those it supersedes. A named step is never superseded by a counter
+// checkpoint of the same moment: when both are complete, the named one is
+// committed. A counter checkpoint that last changed no later than the
+// newest named one was written before it (older work), and one whose
+// every file has the content of one of the named step's files is that
+// save's copy (a trainer that refreshes backup/latest at each numbered
+// save, as PaddleClas's epoch_N and latest): both are superseded. Any
+// other counter checkpoint is newer work (a SIGTERM save a few steps
+// after the numbered one): it stays, and the next pick commits it as a
+// revision of the named step (a.counterNext tells the final flush).
+func (a *Agent) newest(out []watch.Ready) (watch.Ready, []watch.Ready) {
+	last := out[len(out)-1]
+	i := len(out) - 1
+	for i >= 0 && out[i].Counter {
+		i--
+	}
+	a.counterNext = false
+	if !last.Counter {
+		a.lastNamed = &last
+		return last, out[:len(out)-1]
+	}
+	if i < 0 {
+		// Counter checkpoints only: the named step they follow may have
+		// been chosen in an earlier scan.
+		if n := a.lastNamed; n != nil && len(out) == 1 && (!last.LastChange().After(n.LastChange()) || a.copyOf(last, *n)) {
+			a.cfg.Log.Info("checkpoint.counter_copy", "id", last.ID, "step", n.Step,
+				"reason", "written no later than the named step, or every file has the content of one of its files: the same save, not newer work")
+			a.cfg.Watcher.Done(last)
+			return watch.Ready{}, nil
+		}
+		return last, out[:len(out)-1]
+	}
+	named := out[i]
+	a.lastNamed = &named
+	var older []watch.Ready
+	for j, r := range out {
+		switch {
+		case j == i:
+		case !r.Counter, !r.LastChange().After(named.LastChange()):
+			older = append(older, r)
+		case a.copyOf(r, named):
+			a.cfg.Log.Info("checkpoint.counter_copy", "id", r.ID, "step", named.Step,
+				"reason", "every file has the content of one of the named step's files: the same save, not newer work")
+			older = append(older, r)
+		default:
+			a.counterNext = true
+		}
+	}
+	return named, older
+}
+
+// copyOf reports whether every file of c has the size and the SHA-256 of
+// some file of named. Sizes are compared first, so a counter checkpoint
+// with newer content is rarely read; a file that cannot be read makes it
+// not a copy (it is then committed, as newer work would be).
+func (a *Agent) copyOf(c, named watch.Ready) bool {
+	bySize := map[int64][]string{}
+	for _, f := range named.Files {
+		bySize[f.Size] = append(bySize[f.Size], path.Join(named.Dir, f.Path))
+	}
+	for _, f := range c.Files {
+		same := bySize[f.Size]
+		if len(same) == 0 {
+			return false
+		}
+		h, err := a.fileHash(path.Join(c.Dir, f.Path))
+		if err != nil {
+			return false
+		}
+		found := false
+		for _, p := range same {
+			if g, err := a.fileHash(p); err == nil && g == h {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// fileHash is the SHA-256 of the file at rel under the watched directory,
+// opened without following links.
+func (a *Agent) fileHash(rel string) ([sha256.Size]byte, error) {
+	var sum [sha256.Size]byte
+	d, err := beneath.Open(a.cfg.Dir)
+	if err != nil {
+		return sum, err
+	}
+	defer d.Close()
+	f, err := d.OpenFile(rel, os.O_RDONLY, 0)
+	if err != nil {
+		return sum, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return sum, err
+	}
+	copy(sum[:], h.Sum(nil))
+	return sum, nil
 }
 
 // supersede marks the checkpoints that r's commit made obsolete.
@@ -612,7 +734,17 @@ func (a *Agent) flush(ctx context.Context, inflight *job) error {
 	}
 	for changed := 0; ok; {
 		err := a.upload(ctx, r, final)
+		next := a.counterNext
 		a.finished(r, older, err)
+		if err == nil && next && ctx.Err() == nil {
+			// The named step is committed; the counter checkpoint with
+			// newer content follows as its revision.
+			a.logFlush(t0, r)
+			if r, older, ok = a.pick(final); !ok {
+				return nil
+			}
+			continue
+		}
 		if err == nil {
 			a.logFlush(t0, r)
 			return nil
