@@ -501,6 +501,9 @@ var _ storage.Sweeper = (*Store)(nil)
 // a Put still in progress makes its rename fail with ENOENT: that Put
 // fails, and no partial object ever appears under its key.
 func (s *Store) Sweep(ctx context.Context, prefix string, fn func(storage.Leftover) (bool, error)) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("fs: sweep %s: %w", prefix, err)
+	}
 	if p := strings.TrimSuffix(prefix, "/"); p != "" {
 		if err := storage.CheckKey(p); err != nil {
 			return fmt.Errorf("fs: sweep %s: %w", prefix, err)

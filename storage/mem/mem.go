@@ -203,6 +203,9 @@ func (s *Store) Leftovers() int {
 // Sweep implements storage.Sweeper: it offers the leftovers Leave
 // recorded under prefix, in key order, and removes those fn accepts.
 func (s *Store) Sweep(ctx context.Context, prefix string, fn func(storage.Leftover) (bool, error)) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("mem: sweep %s: %w", prefix, err)
+	}
 	s.mu.Lock()
 	var keys []string
 	for k := range s.leftovers {

@@ -30,6 +30,9 @@ var _ storage.Sweeper = (*Store)(nil)
 // refusal of that second listing is not an error: the one S3 defines was
 // allowed and answered.
 func (s *Store) Sweep(ctx context.Context, prefix string, fn func(storage.Leftover) (bool, error)) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("s3: sweep %s: %w", prefix, err)
+	}
 	if p := strings.TrimSuffix(prefix, "/"); p != "" {
 		if err := storage.CheckKey(p); err != nil {
 			return fmt.Errorf("s3: sweep: %w", err)
