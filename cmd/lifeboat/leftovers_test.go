@@ -2,17 +2,26 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"io/fs"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
 	"github.com/lifeboat-project/lifeboat/internal/reserved"
+	"github.com/lifeboat-project/lifeboat/internal/testenv"
 )
 
 // tempFiles returns the temporary files of unfinished Puts in the
@@ -113,5 +122,99 @@ func TestPruneRemovesKilledSidecarTempFiles(t *testing.T) {
 	}
 	if !strings.Contains(out, "leftovers of unfinished uploads") {
 		t.Errorf("prune does not print what it removed:\n%s", out)
+	}
+}
+
+// TestPruneAbortsKilledMultipartUpload: a process killed in the middle of
+// a multipart upload leaves it open on S3, which keeps and bills its
+// parts. lifeboat prune leaves such an upload under its store's prefix
+// while it is younger than --min-chunk-age (a live Put may still complete
+// it), aborts it after, and never touches an upload under another prefix
+// of the bucket. The upload is made here through minio-go's core API, as
+// a killed Put leaves it: a sidecar's chunks (8 MiB) fit in one PUT of the
+// default 32 MiB part size, so a sidecar opens no multipart upload.
+// Before prune swept uploads, it stayed open.
+func TestPruneAbortsKilledMultipartUpload(t *testing.T) {
+	m := testenv.RequireMinIO(t)
+	ctx := context.Background()
+	u, err := neturl.Parse(m.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := minio.New(u.Host, &minio.Options{Creds: credentials.NewStaticV4(m.AccessKey, m.SecretKey, ""), Region: "us-east-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	core := minio.Core{Client: client}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	bucket := "lifeboat-e2e-" + hex.EncodeToString(b)
+	if err := client.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
+		t.Fatal(err)
+	}
+	url := "s3://" + bucket + "/job"
+	env := append(os.Environ(), "AWS_ENDPOINT_URL="+m.Endpoint, "AWS_ACCESS_KEY_ID="+m.AccessKey,
+		"AWS_SECRET_ACCESS_KEY="+m.SecretKey, "AWS_REGION=us-east-1")
+	part := bytes.Repeat([]byte("p"), 5<<20)
+	open := func(key string) string {
+		t.Helper()
+		id, err := core.NewMultipartUpload(ctx, bucket, key, minio.PutObjectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := core.PutObjectPart(ctx, bucket, key, id, 1, bytes.NewReader(part), int64(len(part)), minio.PutObjectPartOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	openUploads := func() []string {
+		t.Helper()
+		var ids []string
+		for up := range client.ListIncompleteUploads(ctx, bucket, "", true) {
+			if up.Err != nil {
+				t.Fatal(up.Err)
+			}
+			ids = append(ids, up.Key+" "+up.UploadID)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	ours := "job/chunks/ab/" + strings.Repeat("ab", 32)
+	theirs := "other/chunks/ab/" + strings.Repeat("ab", 32)
+	ourID, theirID := open(ours), open(theirs)
+	opened := time.Now()
+	both := []string{ours + " " + ourID, theirs + " " + theirID}
+	slices.Sort(both)
+
+	prune := func(age string) string {
+		t.Helper()
+		cmd := exec.Command(lifeboatBin, "prune", "--store", url, "--keep", "3", "--min-chunk-age", age, "--log-format", "json")
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("prune --min-chunk-age %s: %v\n%s", age, err, out)
+		}
+		return string(out)
+	}
+	out := prune("1h")
+	if got := openUploads(); !slices.Equal(got, both) {
+		t.Fatalf("after prune --min-chunk-age 1h, open uploads %q, want %q (ours is younger than 1h)\n%s", got, both, out)
+	}
+	if !strings.Contains(out, `"young_leftovers":1`) {
+		t.Errorf("prune inside the window does not say it kept the upload:\n%s", out)
+	}
+
+	// After the window, by the test's clock; the server stamped the
+	// upload before NewMultipartUpload returned.
+	time.Sleep(time.Until(opened.Add(1500 * time.Millisecond)))
+	out = prune("1s")
+	if got, want := openUploads(), []string{theirs + " " + theirID}; !slices.Equal(got, want) {
+		t.Fatalf("after prune --min-chunk-age 1s, open uploads %q, want only the other prefix's %q\n%s", got, want, out)
+	}
+	if !strings.Contains(out, `"deleted_leftovers":1`) {
+		t.Errorf("prune does not log the aborted upload:\n%s", out)
+	}
+	if err := core.AbortMultipartUpload(ctx, bucket, theirs, theirID); err != nil {
+		t.Error(err)
 	}
 }
