@@ -380,9 +380,10 @@ func (p *pruner) deleteChunks(ctx context.Context, referenced map[string]bool) e
 // anyway: an upload commits within W/4 of its start or fails
 // (docs/FORMAT.md). What is older than W therefore belongs to a Put that
 // is dead, or one that has been stuck without writing a byte (or, on S3,
-// running) for longer than any upload that can still commit. And should a live Put's leftover be removed all the
-// same (prune's window shorter than the uploaders'), that Put fails at
-// its rename or Complete and is retried: no partial object ever appears.
+// running) for longer than any upload that can still commit. And should a
+// live Put's leftover be removed all the same (prune's window shorter than
+// the uploaders'), that Put fails at its rename or Complete and is
+// retried: no partial object ever appears.
 func (p *pruner) sweep(ctx context.Context) error {
 	for _, prefix := range []string{chunksPrefix, snapshotsPrefix} {
 		err := storage.Sweep(ctx, p.s, prefix, func(l storage.Leftover) (bool, error) {
