@@ -80,6 +80,16 @@ type PruneResult struct {
 	// YoungUnreferenced counts chunks no manifest references that were kept
 	// because they are inside the safety window (uploads in progress).
 	YoungUnreferenced int
+	// DeletedLeftovers counts what unfinished Puts left under chunks/ and
+	// snapshots/ (a directory store's temporary files, S3's open
+	// multipart uploads; storage.Sweeper) that was older than the safety
+	// window and removed; DeletedLeftoverBytes sums the sizes the store
+	// knows (a temporary file's; an S3 upload's parts count 0).
+	DeletedLeftovers     int
+	DeletedLeftoverBytes int64
+	// YoungLeftovers counts those kept because they are inside the safety
+	// window (a Put in progress may still finish them).
+	YoungLeftovers int
 }
 
 // Prune keeps the opts.Keep newest restorable steps (committed last, of
@@ -134,6 +144,9 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 	if err := p.deleteChunks(ctx, referenced); err != nil {
 		return p.res, err
 	}
+	if err := p.sweep(ctx); err != nil {
+		return p.res, err
+	}
 	res := p.res
 	lines := map[string][]int64{}
 	for l, steps := range res.DeletedLines {
@@ -144,7 +157,8 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 		line = ShortLine(opts.Line.Line)
 	}
 	p.log.Info("checkpoint.pruned", "line", line, "kept", res.Kept, "deleted_from_lines", lines, "unrestorable", res.Unrestorable, "abandoned", res.Abandoned, "deleted_steps", len(res.DeletedSteps), "deleted_revisions", res.DeletedRevisions,
-		"deleted_chunks", res.DeletedChunks, "deleted_bytes", res.DeletedBytes, "dry_run", opts.DryRun)
+		"deleted_chunks", res.DeletedChunks, "deleted_bytes", res.DeletedBytes,
+		"deleted_leftovers", res.DeletedLeftovers, "deleted_leftover_bytes", res.DeletedLeftoverBytes, "young_leftovers", res.YoungLeftovers, "dry_run", opts.DryRun)
 	return res, nil
 }
 
@@ -347,6 +361,46 @@ func (p *pruner) deleteChunks(ctx context.Context, referenced map[string]bool) e
 		}
 		p.res.DeletedChunks++
 		p.res.DeletedBytes += oi.Size
+	}
+	return nil
+}
+
+// sweep removes what unfinished Puts left under chunks/ and snapshots/
+// (storage.Sweeper) once it is older than the safety window (with DryRun,
+// only counts it). Keys outside the format are not swept. A sweep that
+// fails is logged, not the prune's failure: the steps and chunks are
+// already done, and the next prune sweeps again.
+//
+// Why the window is safe for a live writer: a leftover is offered with the
+// last time its Put is known to have worked on it. A directory store's
+// temporary file takes a new modification time with every write of the
+// Put, which after its last write only syncs, closes and renames it; an
+// S3 upload is dated by its initiation, so it is older than W only when
+// one Put has taken longer than W, whose checkpoint could not commit
+// anyway: an upload commits within W/4 of its start or fails
+// (docs/FORMAT.md). What is older than W therefore belongs to a Put that
+// is dead, or one that has been stuck without writing a byte (or, on S3,
+// running) for longer than any upload that can still commit. And should a
+// live Put's leftover be removed all the same (prune's window shorter than
+// the uploaders'), that Put fails at its rename or Complete and is
+// retried: no partial object ever appears.
+func (p *pruner) sweep(ctx context.Context) error {
+	for _, prefix := range []string{chunksPrefix, snapshotsPrefix} {
+		err := storage.Sweep(ctx, p.s, prefix, func(l storage.Leftover) (bool, error) {
+			if !l.ModTime.Before(p.cutoff) {
+				p.res.YoungLeftovers++
+				return false, nil
+			}
+			p.res.DeletedLeftovers++
+			p.res.DeletedLeftoverBytes += max(l.Size, 0)
+			return !p.opts.DryRun, nil
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("checkpoint: prune: sweep %s in %s: %w", prefix, p.s, err)
+			}
+			p.log.Warn("checkpoint.prune_sweep_failed", "prefix", prefix, "err", err)
+		}
 	}
 	return nil
 }

@@ -2,7 +2,9 @@ package checkpoint
 
 import (
 	"context"
+	"errors"
 	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -296,5 +298,57 @@ func TestPruneListRetried(t *testing.T) {
 	}
 	if res.YoungUnreferenced != 2 || res.DeletedChunks != 3 || !slices.Equal(res.Kept, []int64{1}) {
 		t.Errorf("Prune = %+v; want step 1 kept, 3 old chunks deleted and 2 young ones counted", res)
+	}
+}
+
+// TestPruneSweepsLeftovers: what killed uploads left under chunks/ and
+// snapshots/ goes once it is older than the safety window, through the
+// store's wrappers; younger leftovers (a live Put's) stay, a dry run only
+// counts, a line-scoped prune sweeps too (leftovers belong to no line),
+// and leftovers under other keys are not touched. A sweep that fails is
+// logged and does not fail the prune.
+func TestPruneSweepsLeftovers(t *testing.T) {
+	defer verifyNone(t)
+	ctx := context.Background()
+	clock := newFakeClock()
+	m := mem.New(mem.WithClock(clock.Now))
+	s := retried(storage.Recover(storage.Limit(m, 1<<40))) // as the commands stack them
+	u := newUploader(s, clock)
+	upload(t, u, 1, 0, 1, sampleTree(1))
+	m.Leave("chunks/aa/old", 100)
+	m.Leave("snapshots/00000000000000000002/rank-00000-of-00001.json", 10)
+	m.Leave("coord/stop", 5)
+	clock.Advance(window + time.Second)
+	m.Leave("chunks/bb/young", 1000)
+
+	dry, err := Prune(ctx, s, PruneOptions{Keep: 1, Clock: clock.Now, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dry.DeletedLeftovers != 2 || dry.DeletedLeftoverBytes != 110 || dry.YoungLeftovers != 1 || m.Leftovers() != 4 {
+		t.Errorf("dry run: %d leftovers (%d bytes) deleted, %d young, %d left in the store; want 2 (110), 1, 4",
+			dry.DeletedLeftovers, dry.DeletedLeftoverBytes, dry.YoungLeftovers, m.Leftovers())
+	}
+	res, err := Prune(ctx, s, PruneOptions{Keep: 1, Clock: clock.Now, Line: &LineScope{Line: "other", WorldSize: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.DeletedLeftovers != 2 || res.DeletedLeftoverBytes != 110 || res.YoungLeftovers != 1 || m.Leftovers() != 2 {
+		t.Errorf("prune: %d leftovers (%d bytes) deleted, %d young, %d left in the store; want 2 (110), 1, 2 (the young one and coord/'s)",
+			res.DeletedLeftovers, res.DeletedLeftoverBytes, res.YoungLeftovers, m.Leftovers())
+	}
+	if rep, err := Verify(ctx, s, 1, VerifyOptions{}); err != nil || !rep.OK() {
+		t.Errorf("step 1 after the sweep: %+v, %v", rep, err)
+	}
+
+	var logs strings.Builder
+	failing := &mem.FaultStore{Inner: m, OnSweep: func(context.Context, string, func(storage.Leftover) (bool, error)) error {
+		return errors.New("access denied")
+	}}
+	if _, err := Prune(ctx, failing, PruneOptions{Keep: 1, Clock: clock.Now, Log: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
+		t.Errorf("Prune with a failing sweep: %v", err)
+	}
+	if !strings.Contains(logs.String(), "checkpoint.prune_sweep_failed") {
+		t.Errorf("a failed sweep was not logged:\n%s", logs.String())
 	}
 }

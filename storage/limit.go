@@ -25,14 +25,22 @@ func Limit(s Store, bytesPerSecond int64) Store {
 }
 
 // limitStore is Limit's wrapper; embedding passes through every method
-// but Put.
+// but Put (and Sweep, which is not one of Store's).
 type limitStore struct {
 	Store
 	lim   *rate.Limiter
 	burst int
 }
 
-var _ Store = (*limitStore)(nil)
+var (
+	_ Store   = (*limitStore)(nil)
+	_ Sweeper = (*limitStore)(nil)
+)
+
+// Sweep passes Sweep on to the inner store, which embedding would not.
+func (s *limitStore) Sweep(ctx context.Context, prefix string, fn func(Leftover) (bool, error)) error {
+	return Sweep(ctx, s.Store, prefix, fn)
+}
 
 func (s *limitStore) Put(ctx context.Context, key string, r io.Reader, size int64, opts PutOptions) (ObjectInfo, error) {
 	return s.Store.Put(ctx, key, &limitReader{ctx: ctx, r: r, lim: s.lim, max: s.burst}, size, opts)

@@ -14,7 +14,10 @@ func Recover(s Store) Store { return &recoverStore{s} }
 
 type recoverStore struct{ inner Store }
 
-var _ Store = (*recoverStore)(nil)
+var (
+	_ Store   = (*recoverStore)(nil)
+	_ Sweeper = (*recoverStore)(nil)
+)
 
 func recovered(op, key string, err *error) {
 	if r := recover(); r != nil {
@@ -49,6 +52,12 @@ func (s *recoverStore) List(ctx context.Context, prefix string, fn func(ObjectIn
 func (s *recoverStore) Delete(ctx context.Context, key string) (err error) {
 	defer recovered("delete", key, &err)
 	return s.inner.Delete(ctx, key)
+}
+
+// Sweep passes Sweep on to the inner store when it has one.
+func (s *recoverStore) Sweep(ctx context.Context, prefix string, fn func(Leftover) (bool, error)) (err error) {
+	defer recovered("sweep", prefix, &err)
+	return Sweep(ctx, s.inner, prefix, fn)
 }
 
 func (s *recoverStore) String() string { return s.inner.String() }

@@ -124,7 +124,10 @@ type retryStore struct {
 	p     RetryPolicy
 }
 
-var _ Store = (*retryStore)(nil)
+var (
+	_ Store   = (*retryStore)(nil)
+	_ Sweeper = (*retryStore)(nil)
+)
 
 // again decides after a failed try whether to retry, and waits before the
 // retry: false when err is not retried, no retry is left, or ctx ended
@@ -356,6 +359,12 @@ func (s *retryStore) Delete(ctx context.Context, key string) error {
 			return err
 		}
 	}
+}
+
+// Sweep is passed on to the inner store once, not retried: what a failed
+// sweep leaves, the next one removes.
+func (s *retryStore) Sweep(ctx context.Context, prefix string, fn func(Leftover) (bool, error)) error {
+	return Sweep(ctx, s.inner, prefix, fn)
 }
 
 func (s *retryStore) String() string { return s.inner.String() }

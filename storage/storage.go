@@ -15,6 +15,11 @@
 // List that never delivers an object twice and a Get whose body resumes
 // where a failed read left off). A command stacks them as
 // Retry(Recover(Limit(backend))).
+//
+// A backend whose Puts can leave something behind when the process making
+// them is killed (a directory store's temporary files, S3's open multipart
+// uploads) is also a Sweeper, which lists and removes such leftovers; the
+// wrappers pass Sweep on.
 package storage
 
 import (

@@ -42,6 +42,8 @@ After a prune the store holds:
   - every chunk those manifests name, and chunks no manifest names that are
     younger than --min-chunk-age (uploads in progress have not committed
     their manifests yet);
+  - what uploads killed in the middle left (a file:// store's temporary
+    files, open S3 multipart uploads) that is younger than --min-chunk-age;
   - the job's stop records under coord/, and any key lifeboat does not write.
 --min-chunk-age protects uploads running at the same time: an uploader stores
 chunks before its manifest and reuses stored chunks younger than 3/4 of 6h.
@@ -87,6 +89,10 @@ func runPrune(ctx context.Context, o *pruneOptions) error {
 		res.Kept, verb, res.DeletedSteps, res.DeletedManifests, res.DeletedChunks, res.DeletedBytes, res.YoungUnreferenced, o.minChunkAge)
 	for _, line := range slices.Sorted(maps.Keys(res.DeletedLines)) {
 		fmt.Fprintf(stdout, "%s from line %s: steps %v\n", verb, checkpoint.ShortLine(line), res.DeletedLines[line])
+	}
+	if res.DeletedLeftovers > 0 || res.YoungLeftovers > 0 {
+		fmt.Fprintf(stdout, "%s %d leftovers of unfinished uploads (%d bytes: temporary files, open multipart uploads); %d younger than --min-chunk-age %s kept\n",
+			verb, res.DeletedLeftovers, res.DeletedLeftoverBytes, res.YoungLeftovers, o.minChunkAge)
 	}
 	if len(res.Abandoned) > 0 {
 		fmt.Fprintf(stdout, "steps %v were incomplete (a rank has no manifest) since before --min-chunk-age: abandoned uploads, %s\n", res.Abandoned, verb)

@@ -490,3 +490,90 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	}
 	return nil
 }
+
+var _ storage.Sweeper = (*Store)(nil)
+
+// Sweep offers the temporary files of unfinished Puts (named with
+// TempPrefix) in the directories below prefix whose every key is under
+// prefix, in lexical order of their paths, and removes those fn accepts.
+// ModTime is the file's last write: a Put writes its temporary file as the
+// bytes come, then only syncs, closes and renames it. Removing the file of
+// a Put still in progress makes its rename fail with ENOENT: that Put
+// fails, and no partial object ever appears under its key.
+func (s *Store) Sweep(ctx context.Context, prefix string, fn func(storage.Leftover) (bool, error)) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("fs: sweep %s: %w", prefix, err)
+	}
+	if p := strings.TrimSuffix(prefix, "/"); p != "" {
+		if err := storage.CheckKey(p); err != nil {
+			return fmt.Errorf("fs: sweep %s: %w", prefix, err)
+		}
+	}
+	dir, rest := split(prefix)
+	dfd, err := s.openDir(dir, false)
+	if err != nil {
+		if missing(err) {
+			return nil
+		}
+		return fmt.Errorf("fs: sweep %s: %w", prefix, err)
+	}
+	return s.sweep(ctx, dfd, dir, rest, fn)
+}
+
+// sweep sweeps the directory dfd (key prefix dir), taking ownership of
+// dfd: its subdirectories whose names start with match, and, when match is
+// empty (every key in it is under the prefix), its temporary files.
+func (s *Store) sweep(ctx context.Context, dfd int, dir, match string, fn func(storage.Leftover) (bool, error)) error {
+	f := os.NewFile(uintptr(dfd), filepath.Join(s.root, dir))
+	defer f.Close()
+	des, err := f.ReadDir(-1)
+	if err != nil {
+		return fmt.Errorf("fs: sweep %s: %w", dir, err)
+	}
+	slices.SortFunc(des, func(a, b os.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	for _, de := range des {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("fs: sweep %s: %w", dir, err)
+		}
+		name := de.Name()
+		path := name
+		if dir != "" {
+			path = dir + "/" + name
+		}
+		temp := strings.HasPrefix(name, TempPrefix)
+		switch {
+		case de.IsDir() && !temp && strings.HasPrefix(name, match):
+			sub, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				if missing(err) || errors.Is(err, unix.ELOOP) {
+					continue // removed, or replaced by a symlink, while sweeping
+				}
+				return fmt.Errorf("fs: sweep %s: %w", path, err)
+			}
+			if err := s.sweep(ctx, sub, path, "", fn); err != nil {
+				return err
+			}
+		case temp && match == "" && de.Type().IsRegular():
+			var st unix.Stat_t
+			if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				if missing(err) {
+					continue // renamed into place, or removed
+				}
+				return fmt.Errorf("fs: sweep %s: %w", path, err)
+			}
+			remove, err := fn(storage.Leftover{Name: path, Size: st.Size, ModTime: time.Unix(st.Mtim.Unix())})
+			if err != nil {
+				return err
+			}
+			if !remove {
+				continue
+			}
+			// By name: a file renamed into place since is no longer
+			// under it (ENOENT), and names are never reused.
+			if err := unix.Unlinkat(dfd, name, 0); err != nil && !missing(err) {
+				return fmt.Errorf("fs: sweep %s: %w", path, err)
+			}
+		}
+	}
+	return nil
+}

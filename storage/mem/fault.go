@@ -7,7 +7,10 @@ import (
 	"github.com/lifeboat-project/lifeboat/storage"
 )
 
-var _ storage.Store = (*FaultStore)(nil)
+var (
+	_ storage.Store   = (*FaultStore)(nil)
+	_ storage.Sweeper = (*FaultStore)(nil)
+)
 
 // FaultStore wraps a Store and lets tests replace any method with a function
 // field. A nil field passes the call through to Inner; a set field decides
@@ -20,6 +23,7 @@ type FaultStore struct {
 	OnStat   func(ctx context.Context, key string) (storage.ObjectInfo, error)
 	OnList   func(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error
 	OnDelete func(ctx context.Context, key string) error
+	OnSweep  func(ctx context.Context, prefix string, fn func(storage.Leftover) (bool, error)) error
 }
 
 // Put implements storage.Store.
@@ -60,6 +64,15 @@ func (f *FaultStore) Delete(ctx context.Context, key string) error {
 		return f.OnDelete(ctx, key)
 	}
 	return f.Inner.Delete(ctx, key)
+}
+
+// Sweep implements storage.Sweeper, passing through to Inner's when it
+// has one.
+func (f *FaultStore) Sweep(ctx context.Context, prefix string, fn func(storage.Leftover) (bool, error)) error {
+	if f.OnSweep != nil {
+		return f.OnSweep(ctx, prefix, fn)
+	}
+	return storage.Sweep(ctx, f.Inner, prefix, fn)
 }
 
 // String implements storage.Store.

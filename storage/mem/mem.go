@@ -22,7 +22,10 @@ import (
 	"github.com/lifeboat-project/lifeboat/storage"
 )
 
-var _ storage.Store = (*Store)(nil)
+var (
+	_ storage.Store   = (*Store)(nil)
+	_ storage.Sweeper = (*Store)(nil)
+)
 
 type object struct {
 	data    []byte
@@ -34,8 +37,9 @@ type object struct {
 type Store struct {
 	now func() time.Time
 
-	mu      sync.Mutex
-	objects map[string]object
+	mu        sync.Mutex
+	objects   map[string]object
+	leftovers map[string]storage.Leftover // by key: what Leave recorded
 }
 
 // Option configures a Store.
@@ -171,6 +175,66 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	s.mu.Lock()
 	delete(s.objects, key)
 	s.mu.Unlock()
+	return nil
+}
+
+// Leave records a leftover of an unfinished Put of key, holding size bytes
+// and stamped with the store's clock, as a process killed in the middle of
+// a Put to a store that keeps such things (a directory, S3) leaves one. A
+// Put here is atomic and leaves nothing itself; Leave lets logic tests
+// see what Sweep's callers do with leftovers.
+func (s *Store) Leave(key string, size int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leftovers == nil {
+		s.leftovers = map[string]storage.Leftover{}
+	}
+	s.leftovers[key] = storage.Leftover{Name: key + " (unfinished)", Size: size, ModTime: s.now()}
+}
+
+// Leftovers returns how many leftovers Leave recorded that no Sweep has
+// removed.
+func (s *Store) Leftovers() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.leftovers)
+}
+
+// Sweep implements storage.Sweeper: it offers the leftovers Leave
+// recorded under prefix, in key order, and removes those fn accepts.
+func (s *Store) Sweep(ctx context.Context, prefix string, fn func(storage.Leftover) (bool, error)) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("mem: sweep %s: %w", prefix, err)
+	}
+	s.mu.Lock()
+	var keys []string
+	for k := range s.leftovers {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	s.mu.Unlock()
+	sort.Strings(keys)
+	for _, k := range keys {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("mem: sweep %s: %w", prefix, err)
+		}
+		s.mu.Lock()
+		l, ok := s.leftovers[k]
+		s.mu.Unlock()
+		if !ok {
+			continue
+		}
+		remove, err := fn(l)
+		if err != nil {
+			return err
+		}
+		if remove {
+			s.mu.Lock()
+			delete(s.leftovers, k)
+			s.mu.Unlock()
+		}
+	}
 	return nil
 }
 

@@ -18,7 +18,9 @@
 // full-object SHA-256 for multipart uploads. Payloads are sent as
 // UNSIGNED-PAYLOAD, so neither minio-go (v4 payload signing) nor the server
 // hashes them a second time. The SHA-256 is stored as user metadata. A failed
-// or cancelled Put aborts its multipart upload. Create-only Puts send
+// or cancelled Put aborts its multipart upload; the upload of a Put whose
+// process was killed stays open until Sweep aborts it (storage.Sweeper).
+// Create-only Puts send
 // If-None-Match: * on the PUT or on CompleteMultipartUpload.
 //
 // Memory: a Put reads its object into part buffers of Config.PartSize, at

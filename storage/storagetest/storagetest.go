@@ -56,6 +56,7 @@ func Run(t *testing.T, newStore NewStoreFunc) {
 		{"ContextCancelled", testContextCancelled},
 		{"ContextCancelledMidPut", testContextCancelledMidPut},
 		{"ConcurrentPuts", testConcurrentPuts},
+		{"SweepLeavesObjects", testSweep},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -541,5 +542,45 @@ func testConcurrentPuts(t *testing.T, s storage.Store) {
 	wg.Wait()
 	if got := list(t, s, "par/"); len(got) != 8 {
 		t.Fatalf("List(par/) after 8 concurrent Puts = %q", got)
+	}
+}
+
+// testSweep: Puts that finished, and Puts that failed (which remove what
+// they wrote), leave nothing for a Sweeper to offer, and a sweep that
+// accepts whatever it is offered removes no object. A store that is not a
+// Sweeper passes as it is.
+func testSweep(t *testing.T, s storage.Store) {
+	ctx := context.Background()
+	small, large := Data(60, 1000), Data(61, LargeSize+1)
+	put(t, s, "sweep/a", small, int64(len(small)), storage.PutOptions{})
+	put(t, s, "sweep/dir/b", large, int64(len(large)), storage.PutOptions{})
+	if _, err := s.Put(ctx, "sweep/short", bytes.NewReader(small), 2000, storage.PutOptions{}); err == nil {
+		t.Fatal("Put with size 2000 of a 1000-byte reader succeeded")
+	}
+	if _, err := s.Put(ctx, "sweep/bad", bytes.NewReader(large), int64(len(large)), storage.PutOptions{SHA256: sum(small)}); err == nil {
+		t.Fatal("Put with a wrong SHA256 succeeded")
+	}
+	var offered []storage.Leftover
+	err := storage.Sweep(ctx, s, "", func(l storage.Leftover) (bool, error) {
+		offered = append(offered, l)
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("Sweep: %v", err)
+	}
+	if len(offered) > 0 {
+		t.Errorf("Sweep offered %+v after Puts that all finished or failed", offered)
+	}
+	if got := list(t, s, "sweep/"); !slices.Equal(got, []string{"sweep/a", "sweep/dir/b"}) {
+		t.Errorf("List(sweep/) after a sweep = %q", got)
+	}
+	checkContent(t, s, "sweep/a", small)
+	checkContent(t, s, "sweep/dir/b", large)
+	ctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, ok := s.(storage.Sweeper); ok {
+		if err := storage.Sweep(ctx, s, "", func(storage.Leftover) (bool, error) { return true, nil }); err == nil {
+			t.Errorf("Sweep with a cancelled context succeeded")
+		}
 	}
 }
