@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/lifeboat-project/lifeboat/internal/beneath"
 	"github.com/lifeboat-project/lifeboat/internal/reserved"
 )
 
@@ -29,34 +31,39 @@ type StepRequest struct {
 	Step int64 `json:"step"`
 }
 
+// maxRequest bounds the step request read from the trainer.
+const maxRequest = 4 << 10
+
 // writeFile replaces dir/name with v as JSON, atomically: a reader sees
-// the old content or the new, never a part.
+// the old content or the new, never a part. It is written beneath dir
+// (internal/beneath): a link at name is replaced, never followed.
 func writeFile(dir, name string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, reserved.CoordTempPrefix+"*")
+	d, err := beneath.Open(dir)
 	if err != nil {
 		return fmt.Errorf("coord: write %s: %w", filepath.Join(dir, name), err)
 	}
-	_, werr := f.Write(append(b, '\n'))
-	cerr := f.Close()
-	if err = errors.Join(werr, cerr, os.Chmod(f.Name(), 0o644)); err == nil {
-		err = os.Rename(f.Name(), filepath.Join(dir, name))
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
+	defer d.Close()
+	if err := d.WriteFile(name, append(b, '\n'), 0o644, reserved.CoordTempPrefix); err != nil {
 		return fmt.Errorf("coord: write %s: %w", filepath.Join(dir, name), err)
 	}
 	return nil
 }
 
 // readRequest reads the trainer's step request; ok is false when there is
-// none.
+// none. It is opened beneath dir without following links, and only a
+// small regular file is read: a link planted there is refused unread.
 func readRequest(dir string) (StepRequest, bool, error) {
 	var r StepRequest
-	b, err := os.ReadFile(filepath.Join(dir, StepRequestFile))
+	d, err := beneath.Open(dir)
+	if err != nil {
+		return r, false, err
+	}
+	defer d.Close()
+	b, err := d.ReadFile(StepRequestFile, maxRequest)
 	if errors.Is(err, os.ErrNotExist) {
 		return r, false, nil
 	}
@@ -69,12 +76,26 @@ func readRequest(dir string) (StepRequest, bool, error) {
 	return r, true, nil
 }
 
-// removeStale removes what an earlier run left in dir.
+// removeStale removes what an earlier run left in dir: the stop file, the
+// step request and temporary files, beneath dir (a link is removed, not
+// what it points to).
 func removeStale(dir string) error {
+	d, err := beneath.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	ents, err := d.ReadDir("")
+	if err != nil {
+		return err
+	}
 	var errs []error
-	tmps, _ := filepath.Glob(filepath.Join(dir, reserved.CoordTempPrefix+"*"))
-	for _, p := range append([]string{filepath.Join(dir, StopFile), filepath.Join(dir, StepRequestFile)}, tmps...) {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+	for _, e := range ents {
+		n := e.Name()
+		if n != StopFile && n != StepRequestFile && !strings.HasPrefix(n, reserved.CoordTempPrefix) {
+			continue
+		}
+		if err := d.Remove(n); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
