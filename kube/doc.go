@@ -24,5 +24,6 @@
 //	Warning PreemptedCommitFailed: after a stop, the final upload did not commit in time
 //	Normal  CheckpointRestored: a checkpoint was restored before the trainer (re)started
 //	Warning SaveInterrupted: an interrupted save was found and ignored
+//	Warning FreshStartOverProgress: the trainer starts from scratch although the store holds a complete step
 //	Warning UploadFailing: uploads fail; at most one event per RateLimit, counting the failures between
 package kube

@@ -17,6 +17,7 @@ const (
 	ReasonRestored              = "CheckpointRestored"
 	ReasonInterrupted           = "SaveInterrupted"
 	ReasonUploadFailing         = "UploadFailing"
+	ReasonFreshStart            = "FreshStartOverProgress"
 )
 
 // Checkpoint-freshness annotations on lifeboat's pod. A scheduler plugin
@@ -166,6 +167,19 @@ func (c *Recorder) Interrupted(step int64, path, why string) {
 		msg += "no committed checkpoint yet"
 	}
 	c.r.Event(Event{Type: Warning, Reason: ReasonInterrupted, Message: msg})
+}
+
+// FreshStartOverProgress records that the trainer starts from scratch
+// although the store holds complete step step of line (not restored: too
+// large for the volume, another world size, --restore never without a
+// resume file, ...; the log's resume.fresh_start says why). It is a
+// Warning: the job is redoing work it has.
+func (c *Recorder) FreshStartOverProgress(step int64, line string) {
+	if c == nil {
+		return
+	}
+	c.r.Event(Event{Type: Warning, Reason: ReasonFreshStart,
+		Message: fmt.Sprintf("training from scratch although the store holds complete step %d (line %s), which was not restored; lifeboat's resume.fresh_start log line says why", step, line)})
 }
 
 // UploadFailed records a failed upload attempt of step; the Reporter's

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/agent"
+	"github.com/lifeboat-project/lifeboat/checkpoint"
 	"github.com/lifeboat-project/lifeboat/kube"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
@@ -202,6 +203,9 @@ func (o *kubeOptions) watch(p *pipeline) {
 	}
 	if p.resume != nil {
 		o.rec.Restored(p.resume.Step, p.resumeSource, p.resumeSeconds)
+	}
+	if n := p.freshOver; n != nil {
+		o.rec.FreshStartOverProgress(n.Step, checkpoint.ShortLine(n.Line))
 	}
 	rec := o.rec
 	p.agent.Notify(func(e agent.Event) {

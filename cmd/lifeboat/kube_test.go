@@ -222,6 +222,21 @@ func TestKubeAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("fresh start over progress", func(t *testing.T) {
+		// The store holds step 2; with --restore never and no resume file
+		// the trainer starts from scratch beside it: a Warning says so.
+		createPod(t, k, "trainer-f", 30)
+		p := startEnv(t, "plain", kubeEnv(t, k, "lifeboat", "trainer-f"), "run", "--store", store, "--dir", t.TempDir(),
+			"--restore", "never", "--", "true")
+		if code := p.wait(); code != 0 {
+			t.Fatalf("exit %d; stderr:\n%s", code, tail(p.stderr.String()))
+		}
+		e := waitEvent(t, k, p, "trainer-f", kube.ReasonFreshStart, "training from scratch although the store holds complete step 2 (")
+		if e.Type != "Warning" {
+			t.Errorf("event %+v, want a Warning", e)
+		}
+	})
+
 	t.Run("sidecar", func(t *testing.T) {
 		createPod(t, k, "trainer-s", 30)
 		dir := t.TempDir()

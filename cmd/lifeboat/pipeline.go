@@ -218,7 +218,8 @@ type pipeline struct {
 	// freshOverProgress: the trainer starts from scratch although the
 	// store holds a complete checkpoint (lifeboat_fresh_start_over_progress).
 	freshOverProgress bool
-	retries           atomic.Int64 // store calls retried after a transient failure (storeOptions.onRetry)
+	freshOver         *checkpoint.Snapshot // the newest complete step then
+	retries           atomic.Int64         // store calls retried after a transient failure (storeOptions.onRetry)
 }
 
 // beforeRestart runs between a trainer crash and its restart: it commits
@@ -364,7 +365,10 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 		}
 	}
 	// A fresh start beside complete steps in the store stays visible.
-	p.freshOverProgress = p.resume == nil && checkpoint.Newest(snaps, 0) != nil
+	if p.resume == nil {
+		p.freshOver = checkpoint.Newest(snaps, 0)
+	}
+	p.freshOverProgress = p.freshOver != nil
 	// An unnumbered checkpoint is numbered with the newest step of the
 	// line it continues (complete steps of its world size only), or the
 	// newest named step on disk, and stored as a new revision of it.
