@@ -19,8 +19,14 @@ import (
 // shipper) do not mount the checkpoint volume and are not counted; nor is
 // a process in lifeboat's own mount namespace (its own container), nor
 // one whose namespace or mounts lifeboat may not read. It returns nil
-// when Dir's mount cannot be found, and without a shared PID namespace.
+// when Dir's mount cannot be found, and when lifeboat runs in the
+// machine's initial PID namespace (not in a pod): it then sees every
+// process of the machine, and services with mount namespaces of their
+// own cannot be told from a trainer.
 func (w *Watcher) TrainerProcesses() []int {
+	if ns, err := os.Readlink(filepath.Join(w.cfg.ProcRoot, "self", "ns", "pid")); err != nil || ns == initialPIDNamespace {
+		return nil
+	}
 	vol, ok := volumeOf(filepath.Join(w.cfg.ProcRoot, "self", "mountinfo"), w.cfg.Dir)
 	if !ok {
 		return nil
@@ -50,6 +56,11 @@ func (w *Watcher) TrainerProcesses() []int {
 	}
 	return out
 }
+
+// initialPIDNamespace is how /proc/PID/ns/pid names the machine's
+// initial PID namespace: its inode is fixed by the kernel
+// (PROC_PID_INIT_INO).
+const initialPIDNamespace = "pid:[4026531836]"
 
 // mount is a file system mount as mountinfo(5) gives it.
 type mount struct {

@@ -34,6 +34,9 @@ func writeFakeProc(t *testing.T, self int, procs []fakeProc) string {
 		if err := os.Symlink("mnt:["+p.ns+"]", filepath.Join(d, "ns", "mnt")); err != nil {
 			t.Fatal(err)
 		}
+		if err := os.Symlink("pid:[4026532999]", filepath.Join(d, "ns", "pid")); err != nil { // a pod's
+			t.Fatal(err)
+		}
 	}
 	if err := os.Symlink(strconv.Itoa(self), filepath.Join(root, "self")); err != nil {
 		t.Fatal(err)
@@ -69,6 +72,19 @@ func TestTrainerProcesses(t *testing.T) {
 	w.cfg.Dir = "/elsewhere"
 	if got := w.TrainerProcesses(); len(got) != 0 {
 		t.Errorf("TrainerProcesses with --dir on the root file system = %v, want none", got)
+	}
+	// In the machine's initial PID namespace (not in a pod) lifeboat sees
+	// every process of the machine: none is taken for the trainer.
+	w.cfg.Dir = "/data/step"
+	pidNS := filepath.Join(root, "20", "ns", "pid")
+	if err := os.Remove(pidNS); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(initialPIDNamespace, pidNS); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.TrainerProcesses(); len(got) != 0 {
+		t.Errorf("TrainerProcesses in the initial PID namespace = %v, want none", got)
 	}
 }
 
