@@ -33,9 +33,17 @@ func (c *stallConn) Read(p []byte) (int, error) {
 	return c.Conn.Read(p)
 }
 
+// Write also pushes the read deadline while it moves bytes: the
+// transport's reader waits for the response during the whole upload of a
+// request's body, and an upload that keeps moving is no stall, however
+// long it takes. (A pending Read takes a new deadline at once.)
 func (c *stallConn) Write(p []byte) (int, error) {
 	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.idle)); err != nil {
 		return 0, err
 	}
-	return c.Conn.Write(p)
+	n, err := c.Conn.Write(p)
+	if n > 0 {
+		_ = c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+	}
+	return n, err
 }

@@ -292,3 +292,46 @@ func TestTimeoutValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestStallTimeoutSparesAMovingUpload: an upload that takes twice the
+// stall timeout but moves bytes all along is not cut. The transport's
+// reader waits for the response the whole time the body is sent; on the
+// code before, its read deadline was set once when that read began, so
+// every upload longer than --s3-stall-timeout failed as "moved no byte"
+// (CI saw it under load with a 5 s limit and a 1.3 s upload).
+func TestStallTimeoutSparesAMovingUpload(t *testing.T) {
+	const size = 32 << 20
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut {
+			// 1 MiB every 150 ms: about 5 s for the body, with bytes
+			// moving many times a second.
+			buf := make([]byte, 1<<20)
+			for {
+				if _, err := io.ReadFull(r.Body, buf); err != nil {
+					break
+				}
+				time.Sleep(150 * time.Millisecond)
+			}
+		}
+		w.Header().Set("ETag", `"0123456789abcdef0123456789abcdef"`)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	cfg := blackHoleConfig(srv.Listener.Addr().String())
+	cfg.Region = "us-east-1"
+	cfg.PartSize = size
+	cfg.ResponseTimeout = 5 * time.Second
+	cfg.StallTimeout = 2 * time.Second
+	s, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = within(t, "Put", func() error {
+		_, err := s.Put(context.Background(), "moving", bytes.NewReader(make([]byte, size)), size, storage.PutOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("an upload that kept moving failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	}
+}
