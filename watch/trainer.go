@@ -1,13 +1,14 @@
 package watch
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lifeboat-project/lifeboat/internal/mountinfo"
 )
 
 // TrainerProcesses returns the processes of the trainer that a sidecar
@@ -62,44 +63,33 @@ func (w *Watcher) TrainerProcesses() []int {
 // (PROC_PID_INIT_INO).
 const initialPIDNamespace = "pid:[4026531836]"
 
-// mount is a file system mount as mountinfo(5) gives it.
-type mount struct {
-	dev  string // major:minor
-	root string // the directory of the file system mounted
-	at   string // the mount point
-}
-
 // volumeOf returns the mount that dir is on, from a mountinfo file: the
 // one with the longest mount point that holds dir (the last such line,
 // which is on top of any earlier one at the same point).
-func volumeOf(mountinfo, dir string) (mount, bool) {
+func volumeOf(file, dir string) (mountinfo.Entry, bool) {
 	if d, err := filepath.EvalSymlinks(dir); err == nil {
 		dir = d
 	}
 	dir, _ = filepath.Abs(dir)
-	var best mount
+	var best mountinfo.Entry
 	found := false
-	readMounts(mountinfo, func(m mount) bool {
-		if within(dir, m.at) && (!found || len(m.at) >= len(best.at)) {
+	for _, m := range readMounts(file) {
+		if within(dir, m.Point) && (!found || len(m.Point) >= len(best.Point)) {
 			best, found = m, true
 		}
-		return true
-	})
+	}
 	return best, found
 }
 
 // mounts reports whether the mountinfo file lists vol's file system: the
 // same device, and a root that is vol's or holds it or lies beneath it.
-func mounts(mountinfo string, vol mount) bool {
-	hit := false
-	readMounts(mountinfo, func(m mount) bool {
-		if m.dev == vol.dev && (within(m.root, vol.root) || within(vol.root, m.root)) {
-			hit = true
-			return false
+func mounts(file string, vol mountinfo.Entry) bool {
+	for _, m := range readMounts(file) {
+		if m.Dev == vol.Dev && (within(m.Root, vol.Root) || within(vol.Root, m.Root)) {
+			return true
 		}
-		return true
-	})
-	return hit
+	}
+	return false
 }
 
 // within reports whether path is dir or lies beneath it.
@@ -107,46 +97,18 @@ func within(path, dir string) bool {
 	return path == dir || dir == "/" || strings.HasPrefix(path, dir+"/")
 }
 
-// readMounts calls f for each line of a mountinfo file until f returns
-// false; a file that cannot be read gives no mounts.
-func readMounts(mountinfo string, f func(mount) bool) {
-	file, err := os.Open(mountinfo)
+// readMounts reads a mountinfo file; one that cannot be read or parsed
+// gives no mounts.
+func readMounts(file string) []mountinfo.Entry {
+	b, err := os.ReadFile(file)
 	if err != nil {
-		return
+		return nil
 	}
-	defer file.Close()
-	sc := bufio.NewScanner(file)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		// id parent major:minor root mount-point options ... - type source
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		if !f(mount{dev: fields[2], root: unescapeMount(fields[3]), at: unescapeMount(fields[4])}) {
-			return
-		}
+	ms, err := mountinfo.Parse(b)
+	if err != nil {
+		return nil
 	}
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space, \011,
-// \012, \134).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return ms
 }
 
 // Writing reports whether the trainer may still be writing a checkpoint,

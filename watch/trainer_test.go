@@ -87,11 +87,3 @@ func TestTrainerProcesses(t *testing.T) {
 		t.Errorf("TrainerProcesses in the initial PID namespace = %v, want none", got)
 	}
 }
-
-func TestUnescapeMount(t *testing.T) {
-	for in, want := range map[string]string{`/a\040b`: "/a b", `/tab\011x`: "/tab\tx", `/back\134`: `/back\`, `/odd\04`: `/odd\04`, "/plain": "/plain"} {
-		if got := unescapeMount(in); got != want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

@@ -1,7 +1,6 @@
 package memory
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -11,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/containerd/cgroups/v3"
+
+	"github.com/lifeboat-project/lifeboat/internal/mountinfo"
 )
 
 // Mode says which cgroup hierarchy holds the memory controller for
@@ -52,69 +53,11 @@ type layout struct {
 	reason   string // why mode is ModeNone
 }
 
-// mountEntry is one line of /proc/self/mountinfo, the fields used here.
-type mountEntry struct {
-	root   string // the mounted subtree of the filesystem
-	point  string // where it is mounted
-	ro     bool   // per-mount "ro"
-	fstype string
-	super  []string // per-superblock options (cgroup v1: the controllers)
-}
-
-// parseMountinfo parses the format of proc(5) /proc/PID/mountinfo.
-func parseMountinfo(data []byte) ([]mountEntry, error) {
-	var out []mountEntry
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		pre, post, ok := strings.Cut(line, " - ")
-		f := strings.Fields(pre)
-		g := strings.Fields(post)
-		if !ok || len(f) < 6 || len(g) < 2 {
-			return nil, fmt.Errorf("line %d: malformed: %q", n, line)
-		}
-		e := mountEntry{root: unescapeMount(f[3]), point: unescapeMount(f[4]), fstype: g[0]}
-		for _, o := range strings.Split(f[5], ",") {
-			if o == "ro" {
-				e.ro = true
-			}
-		}
-		if len(g) >= 3 {
-			e.super = strings.Split(g[2], ",")
-		}
-		out = append(out, e)
-	}
-	return out, sc.Err()
-}
-
-// unescapeMount undoes the octal escapes (\040 for a space) of mountinfo.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // detect finds lifeboat's memory cgroup from the contents of
 // /proc/self/cgroup and /proc/self/mountinfo. Mount points under
 // /sys/fs/cgroup are rebased onto root, so tests can point it at a tree in a
 // temporary directory.
-func detect(cgroupFile, mountinfo []byte, root string) (layout, error) {
+func detect(cgroupFile, mountTable []byte, root string) (layout, error) {
 	v1paths, unified, err := cgroups.ParseCgroupFromReaderUnified(bytes.NewReader(cgroupFile))
 	if err != nil {
 		return layout{}, fmt.Errorf("parse /proc/self/cgroup: %w", err)
@@ -125,17 +68,17 @@ func detect(cgroupFile, mountinfo []byte, root string) (layout, error) {
 			hasUnified = true
 		}
 	}
-	mounts, err := parseMountinfo(mountinfo)
+	mounts, err := mountinfo.Parse(mountTable)
 	if err != nil {
 		return layout{}, fmt.Errorf("parse /proc/self/mountinfo: %w", err)
 	}
-	var v1mem, v2 *mountEntry
+	var v1mem, v2 *mountinfo.Entry
 	for i := range mounts {
 		e := &mounts[i]
 		switch {
-		case e.fstype == "cgroup" && v1mem == nil && contains(e.super, "memory"):
+		case e.FSType == "cgroup" && v1mem == nil && contains(e.Super, "memory"):
 			v1mem = e
-		case e.fstype == "cgroup2" && (v2 == nil || under(e.point, DefaultRoot) && !under(v2.point, DefaultRoot)):
+		case e.FSType == "cgroup2" && (v2 == nil || under(e.Point, DefaultRoot) && !under(v2.Point, DefaultRoot)):
 			v2 = e
 		}
 	}
@@ -153,7 +96,7 @@ func detect(cgroupFile, mountinfo []byte, root string) (layout, error) {
 		if v1mem == nil {
 			return layout{mode: ModeNone, reason: "/proc/self/cgroup names a v1 memory cgroup but no cgroup v1 memory hierarchy is mounted"}, nil
 		}
-		return layout{mode: ModeNone, reason: fmt.Sprintf("a cgroup v1 memory hierarchy is mounted at %s but /proc/self/cgroup has no memory line", v1mem.point)}, nil
+		return layout{mode: ModeNone, reason: fmt.Sprintf("a cgroup v1 memory hierarchy is mounted at %s but /proc/self/cgroup has no memory line", v1mem.Point)}, nil
 	case hasUnified && v2 != nil:
 		return place(ModeV2, v2, unified, root), nil
 	case hasUnified:
@@ -165,14 +108,14 @@ func detect(cgroupFile, mountinfo []byte, root string) (layout, error) {
 
 // place turns the cgroup path from /proc/self/cgroup into a directory under
 // the mount that shows it.
-func place(mode Mode, m *mountEntry, cgPath, root string) layout {
-	l := layout{mode: mode, mount: rebase(m.point, root), readOnly: m.ro}
-	rel, ok := strings.CutPrefix(cgPath, m.root)
-	if m.root == "/" {
+func place(mode Mode, m *mountinfo.Entry, cgPath, root string) layout {
+	l := layout{mode: mode, mount: rebase(m.Point, root), readOnly: m.ReadOnly}
+	rel, ok := strings.CutPrefix(cgPath, m.Root)
+	if m.Root == "/" {
 		rel, ok = cgPath, true
 	}
 	if !ok || (rel != "" && !strings.HasPrefix(rel, "/")) || strings.Contains(rel+"/", "/../") {
-		return layout{mode: ModeNone, reason: fmt.Sprintf("lifeboat's %s cgroup %q is outside the subtree %q mounted at %s", mode, cgPath, m.root, m.point)}
+		return layout{mode: ModeNone, reason: fmt.Sprintf("lifeboat's %s cgroup %q is outside the subtree %q mounted at %s", mode, cgPath, m.Root, m.Point)}
 	}
 	l.dir = filepath.Join(l.mount, rel)
 	return l
