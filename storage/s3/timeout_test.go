@@ -175,23 +175,19 @@ func TestTimeoutBlackHole(t *testing.T) {
 	}
 }
 
-// TestTimeoutSlowUploadNotCut: the response timeout starts once the whole
-// request is sent, so an upload that takes several times the response
-// timeout to trickle in, but keeps moving, succeeds.
-func TestTimeoutSlowUploadNotCut(t *testing.T) {
-	const size = 64 << 20
+// slowPut puts size bytes to a server that reads the body 1 MiB at a
+// time with pause between reads, through a store with the response and
+// stall timeouts given, and returns how long it took and Put's error.
+func slowPut(t *testing.T, size int64, pause, response, stall time.Duration) (time.Duration, error) {
+	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPut {
-			// About 50 MB/s: over 1 s for the body, while what the socket
-			// buffers hold (a few MiB) drains in a fraction of the
-			// response timeout, even on a busy machine.
 			buf := make([]byte, 1<<20)
 			for {
-				_, err := io.ReadFull(r.Body, buf)
-				if err != nil {
+				if _, err := io.ReadFull(r.Body, buf); err != nil {
 					break
 				}
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(pause)
 			}
 		}
 		w.Header().Set("ETag", `"0123456789abcdef0123456789abcdef"`)
@@ -201,22 +197,33 @@ func TestTimeoutSlowUploadNotCut(t *testing.T) {
 	cfg := blackHoleConfig(srv.Listener.Addr().String())
 	cfg.Region = "us-east-1"
 	cfg.PartSize = size
-	cfg.ResponseTimeout = time.Second
+	cfg.ResponseTimeout, cfg.StallTimeout = response, stall
 	s, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := make([]byte, size)
 	start := time.Now()
 	err = within(t, "Put", func() error {
-		_, err := s.Put(context.Background(), "slow", bytes.NewReader(b), size, storage.PutOptions{})
+		_, err := s.Put(context.Background(), "slow", bytes.NewReader(make([]byte, size)), size, storage.PutOptions{})
 		return err
 	})
+	return time.Since(start), err
+}
+
+// TestTimeoutSlowUploadNotCut: the response timeout starts once the whole
+// request is sent, so an upload that takes several times the response
+// timeout to trickle in, but keeps moving, succeeds.
+func TestTimeoutSlowUploadNotCut(t *testing.T) {
+	// About 50 MB/s: over 1 s for the body, while what the socket buffers
+	// hold (a few MiB) drains in a fraction of the response timeout, even
+	// on a busy machine.
+	const response = time.Second
+	took, err := slowPut(t, 64<<20, 20*time.Millisecond, response, 5*time.Second)
 	if err != nil {
-		t.Fatalf("a slow but moving upload failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+		t.Fatalf("a slow but moving upload failed after %v: %v", took.Round(time.Millisecond), err)
 	}
-	if took := time.Since(start); took < 3*cfg.ResponseTimeout {
-		t.Logf("the upload took %v, not much longer than the response timeout %v: the test proves little on this machine", took, cfg.ResponseTimeout)
+	if took < 3*response {
+		t.Logf("the upload took %v, not much longer than the response timeout %v: the test proves little on this machine", took, response)
 	}
 }
 
@@ -300,38 +307,9 @@ func TestTimeoutValidate(t *testing.T) {
 // every upload longer than --s3-stall-timeout failed as "moved no byte"
 // (CI saw it under load with a 5 s limit and a 1.3 s upload).
 func TestStallTimeoutSparesAMovingUpload(t *testing.T) {
-	const size = 32 << 20
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPut {
-			// 1 MiB every 150 ms: about 5 s for the body, with bytes
-			// moving many times a second.
-			buf := make([]byte, 1<<20)
-			for {
-				if _, err := io.ReadFull(r.Body, buf); err != nil {
-					break
-				}
-				time.Sleep(150 * time.Millisecond)
-			}
-		}
-		w.Header().Set("ETag", `"0123456789abcdef0123456789abcdef"`)
-		w.WriteHeader(http.StatusOK)
-	}))
-	defer srv.Close()
-	cfg := blackHoleConfig(srv.Listener.Addr().String())
-	cfg.Region = "us-east-1"
-	cfg.PartSize = size
-	cfg.ResponseTimeout = 5 * time.Second
-	cfg.StallTimeout = 2 * time.Second
-	s, err := New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	err = within(t, "Put", func() error {
-		_, err := s.Put(context.Background(), "moving", bytes.NewReader(make([]byte, size)), size, storage.PutOptions{})
-		return err
-	})
-	if err != nil {
-		t.Fatalf("an upload that kept moving failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	// 1 MiB every 150 ms: about 5 s for the body, with bytes moving many
+	// times a second.
+	if took, err := slowPut(t, 32<<20, 150*time.Millisecond, 5*time.Second, 2*time.Second); err != nil {
+		t.Fatalf("an upload that kept moving failed after %v: %v", took.Round(time.Millisecond), err)
 	}
 }
