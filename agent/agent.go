@@ -410,6 +410,7 @@ func (a *Agent) newest(out []watch.Ready) (watch.Ready, []watch.Ready) {
 // not a copy (it is then committed, as newer work would be).
 func (a *Agent) copyOf(c, named watch.Ready) bool {
 	bySize := map[int64][]string{}
+	hashes := map[string][sha256.Size]byte{} // the named step's files, each read once
 	for _, f := range named.Files {
 		bySize[f.Size] = append(bySize[f.Size], path.Join(named.Dir, f.Path))
 	}
@@ -424,7 +425,15 @@ func (a *Agent) copyOf(c, named watch.Ready) bool {
 		}
 		found := false
 		for _, p := range same {
-			if g, err := a.fileHash(p); err == nil && g == h {
+			g, ok := hashes[p]
+			if !ok {
+				var err error
+				if g, err = a.fileHash(p); err != nil {
+					continue
+				}
+				hashes[p] = g
+			}
+			if g == h {
 				found = true
 				break
 			}
