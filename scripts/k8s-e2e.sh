@@ -37,7 +37,8 @@
 #     CPU and memory requests, one example.com/gpu per trainer;
 # and, where a scenario needs it (each says so below): the grace (e), a
 # bad flag value (d), a trainer whose save never ends (e), an Indexed Job
-# of two pods with LIFEBOAT_WORLD_SIZE=2 (f).
+# of two pods with LIFEBOAT_WORLD_SIZE=2 whose trainers start together,
+# meeting in a directory of the node (f).
 #
 # Scenarios, each checked through the API, the containers' logs (read from
 # the kubelet's log directory: the kubelet serves no logs on 127.0.0.1) and
@@ -580,6 +581,9 @@ for d in docs:
             set_env(c, k, v)
         if "trainer_args" in opts:
             args[:] = opts["trainer_args"] + args[args.index("train.py") + 1:]
+        if "rendezvous" in opts:
+            c.setdefault("volumeMounts", []).append({"name": "rendezvous", "mountPath": "/rendezvous"})
+            pod["volumes"].append({"name": "rendezvous", "hostPath": {"path": opts["rendezvous"], "type": "DirectoryOrCreate"}})
         if opts.get("bare"):
             # A baseline without lifeboat: a shell is PID 1, says it runs
             # and exits 143 on SIGTERM; nothing is saved or restored.
@@ -1025,12 +1029,39 @@ slow_save() {
 	kc delete job -n "$ns" train-example --wait=false >/dev/null
 }
 
+# RENDEZVOUS wraps train.py the way a multi-rank trainer starts
+# (torch.distributed's init_process_group): it trains only once every rank
+# of its incarnation is there, so a rank whose replacement starts first
+# cannot run ahead alone and commit steps its peer's replacement would
+# then restore. The ranks meet in /rendezvous (a directory of the node):
+# each pod leaves its name and the how-manieth pod of its index it is, and
+# waits for a pod of the same count of every index.
+RENDEZVOUS='
+import os, sys, time, train
+d, index, size = "/rendezvous", os.environ["JOB_COMPLETION_INDEX"], int(os.environ["LIFEBOAT_WORLD_SIZE"])
+def arrivals(i):
+    return [f for f in os.listdir(d) if f.startswith("rank-%s-" % i)]
+mine = "rank-%s-%s" % (index, os.environ["HOSTNAME"])
+if mine not in arrivals(index):
+    with open(os.path.join(d, mine), "w") as f:
+        f.write(str(len(arrivals(index)) + 1))
+with open(os.path.join(d, mine)) as f:
+    me = f.read()
+def count(name):
+    with open(os.path.join(d, name)) as f:
+        return f.read()
+while not all(any(count(n) == me for n in arrivals(i)) for i in range(size)):
+    time.sleep(0.1)
+print("trainer: rank %s met its %d ranks (pod %s of its index)" % (index, size, me), flush=True)
+sys.exit(train.main(sys.argv[1:]))
+'
+
 # ranks: f. An Indexed Job of two pods; one is preempted, the other stops
 # through the store; both resume one step.
 ranks() {
 	local ns=sc-f
 	gpus 2
-	apply_job "$ns" job.yaml '{"completionMode": "Indexed", "completions": 2, "parallelism": 2, "steps": 4000, "env": {"LIFEBOAT_WORLD_SIZE": "2"}}'
+	apply_job "$ns" job.yaml "$(python3 -c 'import json,sys; print(json.dumps({"completionMode": "Indexed", "completions": 2, "parallelism": 2, "steps": 4000, "env": {"LIFEBOAT_WORLD_SIZE": "2"}, "rendezvous": sys.argv[2], "trainer_args": ["python", "-c", sys.argv[1]]}))' "$RENDEZVOUS" "$W/rendezvous-$ns")"
 	wait_until 60 "two pods" has_pod "$ns" 1 1 || die "[$ns] the Job made no pods"
 	wait_until 60 "two pods" has_pod "$ns" 1 0 || die "[$ns] the Job made one pod"
 	local r0 r1
