@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/storage/mem"
@@ -44,22 +46,28 @@ func snapshotOf(t *testing.T, s storage.Store, step int64, worldSize int) Snapsh
 	return Snapshot{}
 }
 
-// TestCounterRanksAreNotPaired: two ranks commit named steps 5 and 10, then
-// each rank's lifeboat commits a counter checkpoint (backup/latest.pdparams
-// saved at SIGTERM) as a revision of step 10. The ranks' counters come from
-// different iterations (50 and 31) and nothing proves otherwise, so step
-// 10 is stored but not complete, and every reader falls back to step 5.
-// A split save of a named step, where the ranks end at different revision
-// numbers, is still one iteration and complete.
-func TestCounterRanksAreNotPaired(t *testing.T) {
+// TestCounterRanksPairByNamedRevisions: two ranks commit named steps 5 and
+// 10, then each rank's lifeboat commits a counter checkpoint
+// (backup/latest.pdparams saved at SIGTERM) as a revision of step 10. The
+// ranks' counters come from different iterations (50 and 31) and nothing
+// proves otherwise, so they are never restored; but both ranks' named
+// step 10 is still stored beneath them, and the trainer numbered it: step
+// 10 is complete with those revisions, and every reader restores them
+// instead of falling back to step 5 (the work of a whole save interval).
+// A rank whose step 10 holds a counter checkpoint only (its named save of
+// 10 never committed) leaves step 10 unpaired: every reader falls back to
+// step 5.
+func TestCounterRanksPairByNamedRevisions(t *testing.T) {
 	defer verifyNone(t)
 	for _, tc := range []struct {
 		name     string
 		counters map[int]int64 // rank -> iteration of its counter checkpoint at step 10
+		noNamed  int           // a rank without a named revision of step 10, or -1
 		why      string
 	}{
-		{"both ranks", map[int]int64{0: 50, 1: 31}, "ranks 0,1 are counter checkpoints: ranks cannot be paired"},
-		{"one rank", map[int]int64{1: 31}, "rank 1 is a counter checkpoint: ranks cannot be paired"},
+		{"both ranks", map[int]int64{0: 50, 1: 31}, -1, "ranks 0,1 are counter checkpoints: ranks cannot be paired"},
+		{"one rank", map[int]int64{1: 31}, -1, "rank 1 is a counter checkpoint: ranks cannot be paired"},
+		{"a rank without a named revision", map[int]int64{0: 50, 1: 31}, 1, "ranks 0,1 are counter checkpoints: ranks cannot be paired"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			allStores(t, func(t *testing.T, s storage.Store) {
@@ -67,36 +75,103 @@ func TestCounterRanksAreNotPaired(t *testing.T) {
 				u := newUploader(s, nil)
 				for _, step := range []int64{5, 10} {
 					for rank := range 2 {
+						if step == 10 && rank == tc.noNamed {
+							continue
+						}
 						uploadTarget(t, u, Target{Step: step, Rank: rank, WorldSize: 2}, rankTree(rank, step))
 					}
 				}
 				for rank, iter := range tc.counters {
 					res := uploadTarget(t, u, Target{Step: 10, Rank: rank, WorldSize: 2, Counter: true}, rankTree(rank, iter))
-					if res.Revision != 1 {
-						t.Fatalf("counter checkpoint of rank %d committed as revision %d, want 1", rank, res.Revision)
+					if want := 1; rank == tc.noNamed && res.Revision != 0 || rank != tc.noNamed && res.Revision != want {
+						t.Fatalf("counter checkpoint of rank %d committed as revision %d", rank, res.Revision)
 					}
 				}
+				paired := tc.noNamed < 0
 				sn := snapshotOf(t, s, 10, 2)
-				if sn.Complete || sn.Restorable() || len(sn.Ranks) != 2 || sn.Incomplete != tc.why {
-					t.Errorf("List: step 10 complete %v, incomplete %q; want not complete because %q", sn.Complete, sn.Incomplete, tc.why)
+				if paired {
+					if !sn.Complete || !sn.Restorable() || sn.Incomplete != "" || sn.PassedOver != tc.why || sn.Counter || sn.Revision != 0 {
+						t.Errorf("List: step 10 complete %v, incomplete %q, passed over %q, counter %v, revision %d; want complete with the named revisions 0, passed over because %q",
+							sn.Complete, sn.Incomplete, sn.PassedOver, sn.Counter, sn.Revision, tc.why)
+					}
+				} else if sn.Complete || sn.Restorable() || sn.Incomplete != tc.why || sn.PassedOver != "" {
+					t.Errorf("List: step 10 complete %v, incomplete %q, passed over %q; want not complete because %q", sn.Complete, sn.Incomplete, sn.PassedOver, tc.why)
 				}
-				if sn := snapshotOf(t, s, 5, 2); !sn.Complete || sn.Incomplete != "" {
-					t.Errorf("List: step 5 complete %v (%q), want complete", sn.Complete, sn.Incomplete)
+				want := int64(5)
+				if paired {
+					want = 10
 				}
-				if step, err := Latest(ctx, s, 2); err != nil || step != 5 {
-					t.Errorf("Latest = %d, %v; want 5", step, err)
+				if step, err := Latest(ctx, s, 2); err != nil || step != want {
+					t.Errorf("Latest = %d, %v; want %d", step, err, want)
 				}
 				for rank := range 2 {
 					out := t.TempDir()
 					res, err := RestoreLatest(ctx, s, rank, out, RestoreOptions{WorldSize: 2})
-					if err != nil || res.Step != 5 || res.Revision != 0 || len(res.Fallbacks) != 1 ||
-						res.Fallbacks[0].Step != 10 || !errors.Is(res.Fallbacks[0].Err, ErrNotPaired) || !strings.Contains(res.Fallbacks[0].Err.Error(), tc.why) {
-						t.Fatalf("RestoreLatest rank %d = %+v, %v; want step 5 after falling back past step 10 because %s", rank, res, err, tc.why)
+					if err != nil || res.Step != want || res.Revision != 0 {
+						t.Fatalf("RestoreLatest rank %d = %+v, %v; want step %d revision 0", rank, res, err, want)
 					}
-					checkTree(t, out, rankTree(rank, 5))
+					if !paired && (len(res.Fallbacks) != 1 || res.Fallbacks[0].Step != 10 || !errors.Is(res.Fallbacks[0].Err, ErrNotPaired) || !strings.Contains(res.Fallbacks[0].Err.Error(), tc.why)) {
+						t.Fatalf("RestoreLatest rank %d fell back %+v; want past step 10 because %s", rank, res.Fallbacks, tc.why)
+					}
+					if paired && len(res.Fallbacks) != 0 {
+						t.Fatalf("RestoreLatest rank %d fell back %+v; want none", rank, res.Fallbacks)
+					}
+					checkTree(t, out, rankTree(rank, want))
+				}
+				if paired {
+					// The restore of the step by number takes the same revisions.
+					out := t.TempDir()
+					if res, err := Restore(ctx, s, 10, 1, out, RestoreOptions{WorldSize: 2}); err != nil || res.Revision != 0 {
+						t.Fatalf("Restore step 10 rank 1 = %+v, %v; want revision 0", res, err)
+					}
+					checkTree(t, out, rankTree(1, 10))
 				}
 			})
 		})
+	}
+}
+
+// TestPruneKeepsNamedRevisionsBeneathCounters: step 10's named revisions
+// are what a restore takes when the counter revisions above them cannot
+// be paired, so a prune long after (every revision older than the safety
+// window) counts step 10 as restorable and deletes neither them nor the
+// counters; and when step 10 itself is old, every revision of it goes.
+func TestPruneKeepsNamedRevisionsBeneathCounters(t *testing.T) {
+	defer verifyNone(t)
+	ctx := context.Background()
+	s := mem.New()
+	u := newUploader(s, nil)
+	for _, step := range []int64{5, 10} {
+		for rank := range 2 {
+			uploadTarget(t, u, Target{Step: step, Rank: rank, WorldSize: 2}, rankTree(rank, step))
+		}
+	}
+	for rank, iter := range []int64{50, 31} {
+		uploadTarget(t, u, Target{Step: 10, Rank: rank, WorldSize: 2, Counter: true}, rankTree(rank, iter))
+	}
+	later := func() time.Time { return time.Now().Add(2 * DefaultSafetyWindow) }
+	res, err := Prune(ctx, s, PruneOptions{Keep: 1, Clock: later})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Kept, []int64{10}) || !slices.Equal(res.DeletedSteps, []int64{5}) || res.DeletedRevisions != 0 {
+		t.Errorf("prune kept %v, deleted steps %v and %d revisions; want step 10 kept whole, step 5 deleted", res.Kept, res.DeletedSteps, res.DeletedRevisions)
+	}
+	for rank := range 2 {
+		out := t.TempDir()
+		if r, err := RestoreLatest(ctx, s, rank, out, RestoreOptions{WorldSize: 2}); err != nil || r.Step != 10 || r.Revision != 0 {
+			t.Fatalf("after the prune, RestoreLatest rank %d = %+v, %v; want step 10 revision 0", rank, r, err)
+		}
+		checkTree(t, out, rankTree(rank, 10))
+	}
+	for rank := range 2 {
+		uploadTarget(t, u, Target{Step: 20, Rank: rank, WorldSize: 2}, rankTree(rank, 20))
+	}
+	if res, err = Prune(ctx, s, PruneOptions{Keep: 1, Clock: later}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.DeletedSteps, []int64{10}) || res.DeletedManifests != 4 {
+		t.Errorf("prune deleted steps %v, %d manifests; want step 10's 4 (2 named, 2 counter)", res.DeletedSteps, res.DeletedManifests)
 	}
 }
 
@@ -165,9 +240,8 @@ func TestSameGenerationPairsCounters(t *testing.T) {
 			ctx := context.Background()
 			s := mem.New()
 			u := newUploader(s, nil)
-			for rank := range 2 {
-				uploadTarget(t, u, Target{Step: 5, Rank: rank, WorldSize: 2}, rankTree(rank, 5))
-			}
+			// Counter checkpoints only: no named revision of step 5 pairs
+			// beneath them.
 			for rank, gen := range tc.generations {
 				res := uploadTarget(t, u, Target{Step: 5, Rank: rank, WorldSize: 2, Counter: true, Generation: gen}, rankTree(rank, 9))
 				if res.Manifest.Generation != gen {

@@ -252,6 +252,9 @@ func (p *pruner) manifestsToDelete(groups []*stepGroup, old map[*stepGroup]bool)
 				if oi, ok := g.keys[r]; ok {
 					deleted = append(deleted, oi)
 				}
+				for _, rk := range g.above[r] {
+					deleted = append(deleted, rk.info)
+				}
 			}
 			continue
 		}

@@ -137,7 +137,9 @@ type RestoreResult struct {
 // With opts.AllRanks it restores every rank's snapshot of step into
 // dir/RanksDir (see RestoreOptions.AllRanks); every rank must have a
 // manifest. Whether the ranks are one iteration is not checked: the step
-// is the caller's choice.
+// is the caller's choice. Each rank's snapshot is its highest revision,
+// except where the ranks' highest revisions cannot be paired and their
+// highest named ones can (docs/FORMAT.md): then it is those.
 func Restore(ctx context.Context, s storage.Store, step int64, rank int, dir string, opts RestoreOptions) (*RestoreResult, error) {
 	opts = opts.withDefaults()
 	if opts.AllRanks {
@@ -160,6 +162,22 @@ func Restore(ctx context.Context, s storage.Store, step int64, rank int, dir str
 	m, err := readManifest(ctx, s, key)
 	if err != nil {
 		return nil, err
+	}
+	if m.Counter && m.WorldSize > 1 {
+		// A counter revision of one rank among several: when the ranks'
+		// highest revisions cannot be paired but their named ones can,
+		// the step is those (stepGroup.pairNamed), as ls and
+		// RestoreLatest say.
+		g, err := findStep(ctx, s, step, m.WorldSize)
+		if err != nil {
+			return nil, err
+		}
+		if err := readGroups(ctx, s, []*stepGroup{g}); err != nil {
+			return nil, fmt.Errorf("checkpoint: read manifests of step %d in %s: %w", step, s, err)
+		}
+		if g.passedOver != "" {
+			m = g.manifests[rank]
+		}
 	}
 	return restoreOne(ctx, s, m, dir, opts)
 }

@@ -47,6 +47,11 @@ type Snapshot struct {
 	// why not ("missing ranks 1,3"); it is empty when Complete.
 	Complete   bool
 	Incomplete string
+	// PassedOver, when set, says why the ranks' highest revisions could
+	// not be paired: the step is described (Ranks, Revision, Complete) by
+	// each rank's highest named revision instead, and counter revisions
+	// stored above them are not restored (docs/FORMAT.md).
+	PassedOver string
 	Created    time.Time // newest Created of the ranks, by the uploaders' clocks
 	// Committed is the newest trusted commit time of the ranks: Created,
 	// unless a created time lies in the future of the store's time of its
@@ -98,6 +103,12 @@ type stepGroup struct {
 	// could not be read (a data error: ErrCorrupt or storage.ErrNotExist).
 	manifests map[int]*Manifest
 	errs      map[int]error
+	// Set by pairNamed when the ranks' highest revisions could not be
+	// paired and their highest named ones were taken instead: by rank,
+	// the counter revisions above the one in keys, ascending, and why the
+	// highest revisions were passed over.
+	above      map[int][]revisionKey
+	passedOver string
 }
 
 // allRanks reports whether every rank has a manifest key.
@@ -325,7 +336,64 @@ func readGroups(ctx context.Context, s storage.Store, groups []*stepGroup) error
 			r.g.manifests[r.rank] = r.m
 		}
 	}
-	return context.Cause(ctx)
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	for _, g := range groups {
+		if v, why := g.judge(); v == verdictNotPaired {
+			if err := g.pairNamed(ctx, s, why); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// pairNamed makes a step whose ranks' highest revisions cannot be paired
+// (a rank's is a counter checkpoint: each rank's lifeboat numbered its
+// SIGTERM save alone) complete with each rank's highest named revision,
+// when every rank has one that decodes: the trainer numbered those, so
+// they are one iteration whatever their revisions (judge). The counter
+// revisions above them stay in the store and prove nothing. why is the
+// verdict on the highest revisions. It reads the lower revisions of the
+// ranks whose highest is a counter one, highest first, until a named one;
+// a revision that does not decode or vanished is passed over, and any
+// other failure (the store's, ctx's) returned. Without a named revision
+// of every rank, g stays as it was.
+func (g *stepGroup) pairNamed(ctx context.Context, s storage.Store, why string) error {
+	type pick struct {
+		at int // index in older
+		m  *Manifest
+	}
+	picks := map[int]pick{}
+	for r := range g.worldSize {
+		if !g.manifests[r].Counter {
+			continue
+		}
+		older := g.older[r]
+		for i := len(older) - 1; i >= 0; i-- {
+			m, err := readManifest(ctx, s, older[i].info.Key)
+			if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, storage.ErrNotExist) {
+				return err
+			}
+			if err == nil && !m.Counter {
+				picks[r] = pick{i, m}
+				break
+			}
+		}
+		if _, ok := picks[r]; !ok {
+			return nil
+		}
+	}
+	g.above = map[int][]revisionKey{}
+	for r, p := range picks {
+		older := g.older[r]
+		g.above[r] = append(slices.Clone(older[p.at+1:]), revisionKey{g.revisions[r], g.keys[r]})
+		g.keys[r], g.revisions[r], g.manifests[r] = older[p.at].info, older[p.at].revision, p.m
+		g.older[r] = older[:p.at]
+	}
+	g.passedOver = why
+	return nil
 }
 
 // candidateSteps returns the steps of worldSize (0: any) whose ranks all
@@ -440,7 +508,7 @@ func describe(groups []*stepGroup, stored chunkSizes, now time.Time) []Snapshot 
 			}
 		}
 		v, why := g.judge()
-		snap.Complete, snap.Incomplete = v == verdictComplete, why
+		snap.Complete, snap.Incomplete, snap.PassedOver = v == verdictComplete, why, g.passedOver
 		if checkChunks {
 			snap.MissingChunks, snap.WrongSizeChunks = stored.check(manifests)
 		}

@@ -23,8 +23,9 @@ type lsOptions struct {
 // lsEntry is one line of `lifeboat ls --json`.
 type lsEntry struct {
 	Step int64 `json:"step"`
-	// Revision is the highest revision of the step's ranks: each rank's
-	// snapshot is its highest revision.
+	// Revision is the highest revision of the step's ranks' snapshots:
+	// each rank's snapshot is its highest revision (with PassedOver, its
+	// highest named one).
 	Revision int `json:"revision"`
 	// Counter: the trainer did not number this checkpoint; it follows the
 	// named step Step.
@@ -43,6 +44,11 @@ type lsEntry struct {
 	// ranks cannot be paired").
 	Complete   bool   `json:"complete"`
 	Incomplete string `json:"incomplete,omitempty"`
+	// PassedOver, when set, says why the ranks' highest revisions could
+	// not be paired: the step is its ranks' highest named revisions
+	// (Revision, IDs), and the counter revisions above them are stored
+	// but never restored (docs/FORMAT.md).
+	PassedOver string `json:"passed_over,omitempty"`
 	// Restorable: nothing ls found keeps the step from being restored:
 	// it is complete, every manifest decodes and, with --check, every
 	// chunk is stored with its size. (Content is verify's; whether it fits
@@ -67,16 +73,18 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = flagUsage(fs, stderr, "lifeboat ls --store URL [--json] [--check]\n\n"+
 		"Lists every step, oldest first. REV is the step's highest revision: a step whose files\n"+
 		"changed after it was committed is stored again as revision 1, 2, ..., and each rank's\n"+
-		"highest revision is what a restore takes. KIND is named, or counter for a checkpoint the\n"+
-		"trainer did not number, stored as a revision of the named step it follows. LINE is the\n"+
-		"step's line of work (legacy: written before lines): steps compare by number only within\n"+
-		"a line, and the line committed last is the newest (docs/FORMAT.md). STATE is\n"+
-		"complete, incomplete (ranks missing: an upload in progress, or one that died; or ranks\n"+
-		"that cannot be paired: a rank's snapshot is a counter checkpoint, whose iteration no\n"+
-		"other rank's is known to match), bad-manifest (a manifest does not decode), or with\n"+
-		"--check missing-chunks or wrong-size-chunks; a restore skips every state but complete.\n"+
-		"WHY says why a step is not complete. ls reads the manifests only; --check also lists\n"+
-		"every chunk once (lifeboat verify reads their content).")
+		"highest revision is what a restore takes, except where the ranks' highest revisions\n"+
+		"cannot be paired and their named ones can: then the step is those. KIND is named, or\n"+
+		"counter for a checkpoint the trainer did not number, stored as a revision of the named\n"+
+		"step it follows. LINE is the step's line of work (legacy: written before lines): steps\n"+
+		"compare by number only within a line, and the line committed last is the newest\n"+
+		"(docs/FORMAT.md). STATE is complete, incomplete (ranks missing: an upload in progress,\n"+
+		"or one that died; or ranks that cannot be paired: a rank's snapshot is a counter\n"+
+		"checkpoint, whose iteration no other rank's is known to match), bad-manifest (a manifest\n"+
+		"does not decode), or with --check missing-chunks or wrong-size-chunks; a restore skips\n"+
+		"every state but complete. WHY says why a step is not complete, or why its counter\n"+
+		"revisions are not restored. ls reads the manifests only; --check also lists every chunk\n"+
+		"once (lifeboat verify reads their content).")
 	if code := setup(fs, args, &o.common, stdout, stderr, o.validate); code >= 0 {
 		return code
 	}
@@ -100,7 +108,7 @@ func runLs(ctx context.Context, o *lsOptions) error {
 	}
 	entries := make([]lsEntry, 0, len(snaps))
 	for _, sn := range snaps {
-		e := lsEntry{Step: sn.Step, Revision: sn.Revision, Counter: sn.Counter, Line: checkpoint.ShortLine(sn.Line), Created: sn.Created, WorldSize: sn.WorldSize, Bytes: sn.Bytes, Complete: sn.Complete, Incomplete: sn.Incomplete,
+		e := lsEntry{Step: sn.Step, Revision: sn.Revision, Counter: sn.Counter, Line: checkpoint.ShortLine(sn.Line), Created: sn.Created, WorldSize: sn.WorldSize, Bytes: sn.Bytes, Complete: sn.Complete, Incomplete: sn.Incomplete, PassedOver: sn.PassedOver,
 			Restorable: sn.Restorable(), ChunksChecked: sn.ChunksChecked, MissingChunks: sn.MissingChunks, WrongSizeChunks: sn.WrongSizeChunks, IDs: []string{}, Ranks: []int{}}
 		for _, r := range sn.Ranks {
 			e.Ranks = append(e.Ranks, r.Rank)
@@ -130,7 +138,10 @@ func runLs(ctx context.Context, o *lsOptions) error {
 			id = e.IDs[0]
 		}
 		why := e.Incomplete
-		if why == "" {
+		switch {
+		case e.PassedOver != "":
+			why = "counter revisions above not restored: " + e.PassedOver
+		case why == "":
 			why = "-"
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%s\n", e.Step, e.Revision, kind, printable.String(e.Line), e.Created.UTC().Format(time.RFC3339), len(e.Ranks), e.WorldSize, e.Bytes, state, printable.String(id), printable.String(why))
