@@ -121,7 +121,12 @@ type Agent struct {
 	// lastNamed is the named step newest last chose, for a counter
 	// checkpoint that completes in a later scan (Run's goroutine only).
 	lastNamed *watch.Ready
-	notify    func(Event) // events.go
+	// superseded holds, by step, the named checkpoints a newer commit
+	// superseded in this run, and committed the named steps this run
+	// committed: what CommitStep may still commit.
+	superseded map[int64]watch.Ready
+	committed  map[int64]bool
+	notify     func(Event) // events.go
 }
 
 type flushReq struct {
@@ -157,7 +162,8 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Settle = watch.DefaultSettle
 	}
 	return &Agent{cfg: cfg, flushCh: make(chan flushReq), running: make(chan struct{}), stopped: make(chan struct{}),
-		stats: Stats{LastStep: -1, RestoredStep: -1, InFlightStep: -1}, line: cfg.Line}, nil
+		stats: Stats{LastStep: -1, RestoredStep: -1, InFlightStep: -1}, line: cfg.Line,
+		superseded: map[int64]watch.Ready{}, committed: map[int64]bool{}}, nil
 }
 
 // SetLine makes sc the run's line of work from the next upload on.
@@ -474,6 +480,9 @@ func (a *Agent) supersede(r watch.Ready, older []watch.Ready) {
 		a.cfg.Watcher.Done(o)
 		a.mu.Lock()
 		a.stats.Superseded++
+		if !o.Counter {
+			a.superseded[o.Step] = o
+		}
 		a.mu.Unlock()
 	}
 }
@@ -615,6 +624,9 @@ func (a *Agent) finished(r watch.Ready, older []watch.Ready, err error) {
 	}
 	a.cfg.Watcher.Done(r)
 	a.stats.Commits++
+	if !r.Counter {
+		a.committed[r.Step] = true
+	}
 	a.stats.LastStep = r.Step
 	a.stats.LastCommit = a.cfg.Clock()
 	a.stats.LastUploadError = ""
@@ -782,6 +794,59 @@ func (a *Agent) flush(ctx context.Context, inflight *job) error {
 		a.setFlushNote("nothing new to commit at the end; " + latest)
 	}
 	return nil
+}
+
+// Newest is the newest named step this rank holds in the store as far as
+// this run knows: the highest it committed, or else the one it restored;
+// -1 when neither.
+func (a *Agent) Newest() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	newest := a.stats.RestoredStep
+	for step := range a.committed {
+		newest = max(newest, step)
+	}
+	return newest
+}
+
+// CommitStep is the end of a job-wide stop's final upload (docs/FORMAT.md,
+// "A stop leaves a complete step"): the other ranks' newest committed step
+// is step, older than this rank's newest, and step is complete only once
+// this rank holds it too. It commits this rank's checkpoint of the named
+// step when a newer one superseded it in this run and it was never
+// committed, and reports whether it did. Call it after the final Flush
+// (Run has returned), under the grace budget's ctx.
+func (a *Agent) CommitStep(ctx context.Context, step int64) (bool, error) {
+	select {
+	case <-a.stopped: // Run returns once it has served the final Flush
+	case <-ctx.Done():
+		return false, fmt.Errorf("agent: CommitStep: the agent did not stop (call it after the final Flush): %w", context.Cause(ctx))
+	}
+	a.mu.Lock()
+	r, ok := a.superseded[step]
+	done := a.committed[step] || a.stats.RestoredStep == step
+	a.mu.Unlock()
+	switch {
+	case done:
+		return false, nil
+	case !ok:
+		a.cfg.Log.Warn("checkpoint.common_step_missing", "step", step,
+			"effect", "the ranks hold no common step from this stop: this rank has no checkpoint of it (never complete here, or its save failed); the newest step every rank holds stays the latest")
+		return false, nil
+	}
+	t0 := a.cfg.Clock()
+	last := a.Stats().LastStep
+	err := a.upload(ctx, r, final)
+	a.finished(r, nil, err)
+	a.mu.Lock()
+	a.stats.LastStep = last // the newest commit stays the one the flush made
+	a.mu.Unlock()
+	if err != nil {
+		return false, fmt.Errorf("commit step %d, the other ranks' newest: %w", step, err)
+	}
+	a.cfg.Log.Info("checkpoint.common_step_committed", "step", step, "newest", a.Newest(), "seconds", a.cfg.Clock().Sub(t0).Seconds(),
+		"reason", "the other ranks' newest committed step: with this rank's, every rank holds it")
+	return true, nil
 }
 
 // FlushNote says, for the termination message, what the last final

@@ -11,6 +11,7 @@
 //	coord/stop/<time>-rank-<R>.json           one stop record, create-only
 //	coord/steps/<stop id>/rank-<R>.step-<N>   rank R's trainer is at step N
 //	coord/steps/<stop id>/agreed.json         the step every rank saves, create-only
+//	coord/steps/<stop id>/flushed-rank-<R>.step-<N>  rank R's newest committed step after its final upload (.none: none)
 //
 // A stop record's name starts with the time it was written (UTC, by the
 // writer's clock, fixed width), so names sort by time, and ends with the
@@ -64,6 +65,14 @@
 // until twice StepWait), a rank decides alone, and says so; a step that
 // differs between ranks is then not complete, and resume falls back to an
 // older one.
+//
+// # A step every rank holds
+//
+// After its final upload, each rank publishes the newest step it holds in
+// the store under the job-wide stop (Flushed) and reads the other ranks'
+// until all are there or StepWait has passed; a rank whose own newest is
+// higher than their lowest commits its checkpoint of that step too, so
+// that the stop leaves a complete step (docs/FORMAT.md).
 //
 // The Coordinator writes StopFile into --dir when the stop begins on this
 // rank, and again with the step once it is agreed; the helper's

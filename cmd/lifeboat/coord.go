@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lifeboat-project/lifeboat/agent"
 	"github.com/lifeboat-project/lifeboat/coord"
 	"github.com/lifeboat-project/lifeboat/signals"
 	"github.com/lifeboat-project/lifeboat/storage"
@@ -227,6 +228,37 @@ func lastStopSignal(e *earlySignals, stops []unix.Signal) unix.Signal {
 		}
 	}
 	return 0
+}
+
+// common is the end of a job-wide stop's final upload: it publishes the
+// newest step this rank holds in the store, waits for the other ranks'
+// (coord.Coordinator.Flushed), and commits this rank's checkpoint of
+// their lowest when that is older than its own newest, so that the stop
+// leaves a step every rank holds (docs/FORMAT.md, "A stop leaves a
+// complete step"). It does nothing without a job-wide stop; a failure is
+// logged, and the commits already made stand.
+func (j *jobStop) common(ctx context.Context, a *agent.Agent) {
+	if j == nil {
+		return
+	}
+	if _, ok := j.c.Joined(); !ok {
+		return
+	}
+	newest := a.Newest()
+	f, err := j.c.Flushed(ctx, newest, 200*time.Millisecond)
+	if err != nil {
+		j.log.Warn("coord.flushed_failed", "err", err, "effect", "this rank does not learn the other ranks' newest steps: a step only some ranks committed at the stop stays incomplete")
+		return
+	}
+	step, ok := f.Common()
+	j.log.Info("coord.flushed", "stop_id", f.StopID, "newest", newest, "reported", len(f.Steps), "world_size", f.WorldSize, "common", step, "common_known", ok)
+	if !ok || step >= newest {
+		return
+	}
+	if _, err := a.CommitStep(ctx, step); err != nil {
+		j.log.Warn("checkpoint.common_step_failed", "step", step, "err", err,
+			"effect", "the other ranks' newest step is not complete: the next start restores an older step every rank holds")
+	}
 }
 
 // settle waits, until ctx ends (the grace budget's, less lifeboat's exit

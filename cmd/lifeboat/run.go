@@ -287,6 +287,9 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 		// both within the grace budget.
 		cfg.AfterExit = func(ctx context.Context, stopped bool) error {
 			err := p.agent.Flush(ctx)
+			if err == nil {
+				js.common(ctx, p.agent)
+			}
 			o.kube.flushed(stopped, err)
 			js.settle(ctx)
 			return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lifeboat-project/lifeboat/agent"
 	"github.com/lifeboat-project/lifeboat/signals"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
@@ -118,6 +120,9 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 	// grace, as run does).
 	reserve, _ := p.agent.Reserve()
 	err = p.agent.FlushWhenWritten(fctx, end.Add(-min(reserve, o.grace/2)))
+	if err == nil || errors.Is(err, agent.ErrStillWriting) {
+		js.common(fctx, p.agent)
+	}
 	js.settle(fctx)
 	<-done
 	o.kube.flushed(true, err)
