@@ -57,7 +57,8 @@
 #   b1  job-sidecar.yaml: the same preemption with the native sidecar
 #   b2  job-init-restore.yaml: the same with the init-container restore
 #   f   job.yaml as an Indexed Job of two pods (two GPUs): one is preempted,
-#       the other stops through the store (coord), both resume one step
+#       the other stops through the store (coord), both resume one step:
+#       the newest both committed
 #   c   job.yaml: the replacement is preempted while it restores (the
 #       bridge is slowed so the restore takes a while); the Job still
 #       counts no failure and the pod after it resumes the committed step
@@ -1090,6 +1091,13 @@ ranks() {
 	[ "$s0" != " " ] || fail "[$ns] rank 0 restored nothing"
 	expect "[$ns] both ranks resumed one step (restored step, trainer step)" "$s1" "$s0"
 	expect "[$ns] the trainer resumed at the restored step" "${s0#* }" "${s0%% *}"
+	# The stop leaves the newest step both ranks committed: the lower of
+	# the two ranks' newest (each rank commits its own checkpoint of the
+	# other's newest when that is older, beneath any SIGTERM save).
+	local c0 c1
+	c0=$(podlog "$ns" "$r0" trainer | sed -n -E 's/.*"msg":"checkpoint.committed".*"step":([0-9]+).*/\1/p' | sort -n | tail -n 1)
+	c1=$(podlog "$ns" "$r1" trainer | sed -n -E 's/.*"msg":"checkpoint.committed".*"step":([0-9]+).*/\1/p' | sort -n | tail -n 1)
+	expect "[$ns] the ranks resumed the newest step both committed (the lower of $c0 and $c1)" "${s0%% *}" "$((c0 < c1 ? c0 : c1))"
 	wait_until 300 "the Job to complete" job_condition "$ns" train-example Complete || die "[$ns] the Job did not complete"
 	pass "[$ns] the Job completed"
 	expect "[$ns] Job failures counted" "$(failed_count "$ns" train-example)" 0
