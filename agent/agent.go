@@ -76,6 +76,7 @@ type Stats struct {
 	Failures        int       // failed upload attempts
 	Superseded      int       // checkpoints skipped because a newer one was complete
 	Interrupted     int       // checkpoints never stored because their save was cut short
+	Torn            int       // commits found torn afterwards (a file grew): marked never to restore
 	LastStep        int64     // step of the last commit, -1 before any
 	LastCommit      time.Time // when it was committed
 	UploadedBytes   int64     // chunk bytes Put
@@ -126,7 +127,10 @@ type Agent struct {
 	// committed: what CommitStep may still commit.
 	superseded map[int64]watch.Ready
 	committed  map[int64]bool
-	notify     func(Event) // events.go
+	// commits holds, by checkpoint id, this run's last commit of it
+	// (torn.go).
+	commits map[string]*commitRecord
+	notify  func(Event) // events.go
 }
 
 type flushReq struct {
@@ -163,7 +167,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	return &Agent{cfg: cfg, flushCh: make(chan flushReq), running: make(chan struct{}), stopped: make(chan struct{}),
 		stats: Stats{LastStep: -1, RestoredStep: -1, InFlightStep: -1}, line: cfg.Line,
-		superseded: map[int64]watch.Ready{}, committed: map[int64]bool{}}, nil
+		superseded: map[int64]watch.Ready{}, committed: map[int64]bool{}, commits: map[string]*commitRecord{}}, nil
 }
 
 // SetLine makes sc the run's line of work from the next upload on.
@@ -559,13 +563,16 @@ func (a *Agent) upload(ctx context.Context, r watch.Ready, p pass) error {
 		up = a.cfg.Uploader.FinalUploadFiles
 	}
 	line := a.Line()
-	res, err := up(ctx, a.cfg.Dir, relPaths(r), checkpoint.Target{Step: r.Step, Rank: a.cfg.Rank, WorldSize: a.cfg.WorldSize, Counter: r.Counter, Line: line.Line})
+	a.checkTorn(ctx, r)
+	target := checkpoint.Target{Step: r.Step, Rank: a.cfg.Rank, WorldSize: a.cfg.WorldSize, Counter: r.Counter, Line: line.Line}
+	res, err := up(ctx, a.cfg.Dir, relPaths(r), target)
 	if err != nil {
 		return err
 	}
 	if res.Late {
 		return nil // another pod of this rank committed newer work; the uploader said so
 	}
+	a.recordCommit(r, target, res)
 	el := a.cfg.Clock().Sub(t0)
 	a.mu.Lock()
 	a.stats.UploadedBytes += res.UploadedBytes

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/storage"
@@ -247,13 +248,13 @@ func (p *pruner) manifestsToDelete(groups []*stepGroup, old map[*stepGroup]bool)
 			// highest revision.
 			for r := range g.worldSize {
 				for _, rk := range g.older[r] {
-					deleted = append(deleted, rk.info)
+					deleted = append(deleted, g.withMark(rk.info)...)
 				}
 				if oi, ok := g.keys[r]; ok {
-					deleted = append(deleted, oi)
+					deleted = append(deleted, g.withMark(oi)...)
 				}
 				for _, rk := range g.above[r] {
-					deleted = append(deleted, rk.info)
+					deleted = append(deleted, g.withMark(rk.info)...)
 				}
 			}
 			continue
@@ -265,7 +266,7 @@ func (p *pruner) manifestsToDelete(groups []*stepGroup, old map[*stepGroup]bool)
 			above := g.keys[r].ModTime
 			for i := len(older) - 1; i >= 0; i-- {
 				if above.Before(p.cutoff) {
-					deleted = append(deleted, older[i].info)
+					deleted = append(deleted, g.withMark(older[i].info)...)
 					p.res.DeletedRevisions++
 				}
 				if t := older[i].info.ModTime; t.Before(above) {
@@ -278,6 +279,16 @@ func (p *pruner) manifestsToDelete(groups []*stepGroup, old map[*stepGroup]bool)
 	return deleted
 }
 
+// withMark is the manifest oi, followed by its torn mark when it has one:
+// the mark goes after the manifest, so that a reader never sees a torn
+// revision without its mark.
+func (g *stepGroup) withMark(oi storage.ObjectInfo) []storage.ObjectInfo {
+	if m, ok := g.torn[oi.Key]; ok {
+		return []storage.ObjectInfo{oi, m}
+	}
+	return []storage.ObjectInfo{oi}
+}
+
 // deleteManifests deletes the manifests doomed, in their order (with
 // DryRun, only counts them).
 func (p *pruner) deleteManifests(ctx context.Context, doomed []storage.ObjectInfo) error {
@@ -287,7 +298,9 @@ func (p *pruner) deleteManifests(ctx context.Context, doomed []storage.ObjectInf
 				return err
 			}
 		}
-		p.res.DeletedManifests++
+		if !strings.HasSuffix(oi.Key, tornSuffix) {
+			p.res.DeletedManifests++
+		}
 	}
 	return nil
 }

@@ -442,7 +442,11 @@ func findManifest(ctx context.Context, s storage.Store, t Target) (string, error
 	if err != nil {
 		return "", err
 	}
-	return g.keys[rank].Key, nil
+	key := g.keys[rank].Key
+	if _, torn := g.torn[key]; torn {
+		return "", fmt.Errorf("checkpoint: revision %d of step %d rank %d in %s: %w", g.revisions[rank], step, rank, s, ErrTorn)
+	}
+	return key, nil
 }
 
 // ErrTooBig marks a snapshot that does not fit where it is restored: the

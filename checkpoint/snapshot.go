@@ -109,6 +109,9 @@ type stepGroup struct {
 	// highest revisions were passed over.
 	above      map[int][]revisionKey
 	passedOver string
+	// torn maps the key of each manifest of the group that carries a
+	// torn mark (MarkTorn) to the mark's object.
+	torn map[string]storage.ObjectInfo
 }
 
 // allRanks reports whether every rank has a manifest key.
@@ -246,7 +249,12 @@ func rankList(ranks []int) string {
 func listSteps(ctx context.Context, s storage.Store, prefix string) ([]*stepGroup, error) {
 	var groups []*stepGroup
 	byKey := make(map[[2]int64]*stepGroup)
+	torn := map[string]storage.ObjectInfo{} // by the manifest key it marks
 	err := s.List(ctx, prefix, func(oi storage.ObjectInfo) error {
+		if m, ok := parseTornKey(oi.Key); ok {
+			torn[m] = oi
+			return nil
+		}
 		t, rev, ok := parseManifestKey(oi.Key)
 		if !ok {
 			return nil
@@ -267,6 +275,21 @@ func listSteps(ctx context.Context, s storage.Store, prefix string) ([]*stepGrou
 	for _, g := range groups {
 		for _, older := range g.older {
 			slices.SortFunc(older, func(a, b revisionKey) int { return cmp.Compare(a.revision, b.revision) })
+		}
+		if len(torn) == 0 {
+			continue
+		}
+		g.torn = map[string]storage.ObjectInfo{}
+		mark := func(key string) {
+			if oi, ok := torn[key]; ok {
+				g.torn[key] = oi
+			}
+		}
+		for r, oi := range g.keys {
+			mark(oi.Key)
+			for _, rk := range g.older[r] {
+				mark(rk.info.Key)
+			}
 		}
 	}
 	slices.SortFunc(groups, func(a, b *stepGroup) int {
@@ -307,7 +330,7 @@ func readGroups(ctx context.Context, s storage.Store, groups []*stepGroup) error
 	for range min(manifestReaders, len(jobs)) {
 		wg.Go(func() {
 			for j := range next {
-				m, err := readManifest(ctx, s, j.g.keys[j.rank].Key)
+				m, err := j.g.readManifest(ctx, s, j.g.keys[j.rank].Key)
 				if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, storage.ErrNotExist) {
 					cancel(err)
 				}
@@ -349,6 +372,15 @@ func readGroups(ctx context.Context, s storage.Store, groups []*stepGroup) error
 	return nil
 }
 
+// readManifest reads the manifest at key, one of g's; a revision marked
+// torn is not read: ErrTorn.
+func (g *stepGroup) readManifest(ctx context.Context, s storage.Store, key string) (*Manifest, error) {
+	if _, torn := g.torn[key]; torn {
+		return nil, fmt.Errorf("checkpoint: manifest %s: %w", key, ErrTorn)
+	}
+	return readManifest(ctx, s, key)
+}
+
 // pairNamed makes a step whose ranks' highest revisions cannot be paired
 // (a rank's is a counter checkpoint: each rank's lifeboat numbered its
 // SIGTERM save alone) complete with each rank's highest named revision,
@@ -372,7 +404,7 @@ func (g *stepGroup) pairNamed(ctx context.Context, s storage.Store, why string) 
 		}
 		older := g.older[r]
 		for i := len(older) - 1; i >= 0; i-- {
-			m, err := readManifest(ctx, s, older[i].info.Key)
+			m, err := g.readManifest(ctx, s, older[i].info.Key)
 			if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, storage.ErrNotExist) {
 				return err
 			}

@@ -30,6 +30,7 @@
 //	lifeboat_upload_retries_total                       retried storage operations
 //	lifeboat_upload_failures_total                      failed checkpoint uploads
 //	lifeboat_checkpoints_interrupted_total              interrupted saves, never stored
+//	lifeboat_commits_torn_total                         commits found torn afterwards (a file grew), never restored
 //	lifeboat_preemption_notices_total{source}           preemption notices received: one per cloud notice (aws, gcp,
 //	                                                    url) and one per stop signal received (signal: the kubelet's
 //	                                                    TERM, or another of --stop-signals)

@@ -16,6 +16,7 @@ type Totals struct {
 	Deduped     int64     // chunk bytes found already stored
 	Failures    int       // failed upload attempts
 	Interrupted int       // checkpoints never stored because their save was cut short
+	Torn        int       // commits found torn afterwards
 	Retries     int64     // store requests retried
 	Pending     int64     // bytes of the checkpoint being uploaded, 0 if none
 	Throughput  float64   // bytes/s of new data, 0 before any
@@ -60,6 +61,9 @@ func (f *follower) record(t Totals) {
 	}
 	for i := last.Interrupted; i < t.Interrupted; i++ {
 		m.IncInterrupted()
+	}
+	for i := last.Torn; i < t.Torn; i++ {
+		m.IncTorn()
 	}
 	for i := last.Retries; i < t.Retries; i++ {
 		m.IncRetry()

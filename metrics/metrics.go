@@ -72,6 +72,7 @@ type Metrics struct {
 	retries        prometheus.Counter
 	failures       prometheus.Counter
 	interrupted    prometheus.Counter
+	torn           prometheus.Counter
 	notices        *prometheus.CounterVec
 	rebalances     *prometheus.CounterVec
 	restarts       *prometheus.CounterVec
@@ -123,6 +124,7 @@ func New(version string, opts ...Option) *Metrics {
 	m.retries = counter("lifeboat_upload_retries_total", "Storage operations retried.")
 	m.failures = counter("lifeboat_upload_failures_total", "Checkpoint uploads that failed.")
 	m.interrupted = counter("lifeboat_checkpoints_interrupted_total", "Checkpoints never stored because their save was cut short (a writer died mid-save, a format check found a file torn, or a file lifeboat may not read).")
+	m.torn = counter("lifeboat_commits_torn_total", "Commits found torn afterwards: a file of the commit grew with the committed bytes at its start, so it was committed while still being written; the revision is marked never to restore.")
 	m.notices = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lifeboat_preemption_notices_total",
 		Help: "Preemption notices received, by source: one per cloud notice (aws, gcp, url, other) and one per stop signal received (signal).",
@@ -166,7 +168,7 @@ func New(version string, opts ...Option) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildInfo, m.readyGauge, m.lastStep, m.lastCommitTS, age,
 		m.uploadedBytes, m.dedupedBytes, ratio, m.pendingBytes, m.throughput,
-		m.retries, m.failures, m.interrupted, m.notices, m.rebalances, m.restarts, m.oomKills,
+		m.retries, m.failures, m.interrupted, m.torn, m.notices, m.rebalances, m.restarts, m.oomKills,
 		m.resumeStep, m.resumeDuration, m.freshOver, m.grace,
 	)
 	return m
@@ -241,6 +243,14 @@ func (m *Metrics) IncUploadFailure() {
 		return
 	}
 	m.failures.Inc()
+}
+
+// IncTorn counts one commit found torn afterwards.
+func (m *Metrics) IncTorn() {
+	if m == nil {
+		return
+	}
+	m.torn.Inc()
 }
 
 // IncInterrupted counts one checkpoint recognised as an interrupted save.

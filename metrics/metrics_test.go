@@ -125,7 +125,7 @@ var names = []string{
 	"lifeboat_upload_bytes_total", "lifeboat_upload_deduped_bytes_total", "lifeboat_upload_dedupe_ratio",
 	"lifeboat_upload_pending_bytes", "lifeboat_upload_throughput_bytes_per_second",
 	"lifeboat_upload_retries_total", "lifeboat_upload_failures_total", "lifeboat_checkpoints_interrupted_total",
-	"lifeboat_preemption_notices_total", "lifeboat_trainer_restarts_total", "lifeboat_trainer_oom_kills_total",
+	"lifeboat_commits_torn_total", "lifeboat_preemption_notices_total", "lifeboat_trainer_restarts_total", "lifeboat_trainer_oom_kills_total",
 }
 
 func TestScrapeValuesMove(t *testing.T) {

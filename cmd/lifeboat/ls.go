@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -49,6 +50,9 @@ type lsEntry struct {
 	// (Revision, IDs), and the counter revisions above them are stored
 	// but never restored (docs/FORMAT.md).
 	PassedOver string `json:"passed_over,omitempty"`
+	// Torn: a rank's snapshot is a revision its writer found torn after
+	// committing it (a file grew afterwards); Errors says which.
+	Torn bool `json:"torn,omitempty"`
 	// Restorable: nothing ls found keeps the step from being restored:
 	// it is complete, every manifest decodes and, with --check, every
 	// chunk is stored with its size. (Content is verify's; whether it fits
@@ -80,7 +84,8 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"compare by number only within a line, and the line committed last is the newest\n"+
 		"(docs/FORMAT.md). STATE is complete, incomplete (ranks missing: an upload in progress,\n"+
 		"or one that died; or ranks that cannot be paired: a rank's snapshot is a counter\n"+
-		"checkpoint, whose iteration no other rank's is known to match), bad-manifest (a manifest\n"+
+		"checkpoint, whose iteration no other rank's is known to match), torn (a rank's revision\n"+
+		"was committed while a file of it was still being written), bad-manifest (a manifest\n"+
 		"does not decode), or with --check missing-chunks or wrong-size-chunks; a restore skips\n"+
 		"every state but complete. WHY says why a step is not complete, or why its counter\n"+
 		"revisions are not restored. ls reads the manifests only; --check also lists every chunk\n"+
@@ -113,6 +118,7 @@ func runLs(ctx context.Context, o *lsOptions) error {
 		for _, r := range sn.Ranks {
 			e.Ranks = append(e.Ranks, r.Rank)
 			if r.Err != nil {
+				e.Torn = e.Torn || errors.Is(r.Err, checkpoint.ErrTorn)
 				e.Errors = append(e.Errors, fmt.Sprintf("rank %d: %v", r.Rank, r.Err))
 			} else {
 				e.IDs = append(e.IDs, r.ID)
@@ -153,6 +159,8 @@ func runLs(ctx context.Context, o *lsOptions) error {
 // from being restored, or complete.
 func (e lsEntry) state() string {
 	switch {
+	case e.Torn:
+		return "torn"
 	case len(e.Errors) > 0:
 		return "bad-manifest"
 	case !e.Complete:

@@ -165,7 +165,7 @@ func feedMetrics(ctx context.Context, m *metrics.Metrics, p *pipeline, interval 
 		return metrics.Totals{
 			Commits: s.Commits, LastStep: s.LastStep, LastCommit: s.LastCommit,
 			Uploaded: s.UploadedBytes, Deduped: s.DedupedBytes,
-			Failures: s.Failures, Interrupted: s.Interrupted, Retries: p.retries.Load(),
+			Failures: s.Failures, Interrupted: s.Interrupted, Torn: s.Torn, Retries: p.retries.Load(),
 			Pending: s.PendingBytes, Throughput: s.Throughput,
 		}
 	}, interval)

@@ -1,0 +1,110 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path"
+
+	"github.com/lifeboat-project/lifeboat/checkpoint"
+	"github.com/lifeboat-project/lifeboat/internal/beneath"
+	"github.com/lifeboat-project/lifeboat/watch"
+)
+
+// commitRecord is this run's last commit of one checkpoint (by its id):
+// the target and revision, and each file as the manifest holds it.
+type commitRecord struct {
+	target   checkpoint.Target
+	revision int
+	files    map[string]checkpoint.File // by path relative to --dir
+	torn     bool                       // marked torn already
+}
+
+// recordCommit remembers what res committed of r.
+func (a *Agent) recordCommit(r watch.Ready, t checkpoint.Target, res *checkpoint.UploadResult) {
+	rec := &commitRecord{target: t, revision: res.Revision, files: map[string]checkpoint.File{}}
+	for _, f := range res.Manifest.Files {
+		rec.files[f.Path] = f
+	}
+	a.mu.Lock()
+	a.commits[r.ID] = rec
+	a.mu.Unlock()
+}
+
+// checkTorn is called before r, a checkpoint this run committed before
+// whose files changed since, is uploaded again. A file of the last commit
+// that has grown, with the committed bytes still at its start (its first
+// and last committed chunks read the same), was still being written when
+// it was committed: that revision is torn. It is marked so in the store
+// (checkpoint.MarkTorn: never restored; a higher revision, the one about
+// to be uploaded, replaces it), logged once and counted. A file rewritten
+// with other content (a new save of the same checkpoint) proves nothing.
+func (a *Agent) checkTorn(ctx context.Context, r watch.Ready) {
+	a.mu.Lock()
+	rec := a.commits[r.ID]
+	a.mu.Unlock()
+	if rec == nil || rec.torn {
+		return
+	}
+	for _, f := range r.Files {
+		rel := path.Join(r.Dir, f.Path)
+		old, ok := rec.files[rel]
+		if !ok || f.Size <= old.Size || len(old.Chunks) == 0 || !a.startsWith(rel, old) {
+			continue
+		}
+		why := fmt.Sprintf("%s grew from %d to %d bytes after the commit, which holds its first %d", rel, old.Size, f.Size, old.Size)
+		err := checkpoint.MarkTorn(ctx, a.cfg.Uploader.Store, rec.target, rec.revision, why)
+		args := []any{"step", rec.target.Step, "rank", rec.target.Rank, "revision", rec.revision, "path", rel,
+			"committed_bytes", old.Size, "bytes", f.Size, "reason", "a file of the commit grew afterwards: it was committed while still being written"}
+		if err != nil {
+			args = append(args, "mark_err", err, "effect", "the mark could not be stored: the revision stays restorable until a higher one replaces it")
+		} else {
+			args = append(args, "effect", "that revision is never restored; the next commit of this checkpoint replaces it")
+		}
+		args = append(args, "hint", "have the trainer mark a finished save (a marker file, lifeboat.commit(path, step)), or raise --settle above the longest pause inside one save")
+		a.cfg.Log.Warn("checkpoint.torn_commit", args...)
+		a.mu.Lock()
+		rec.torn = err == nil
+		a.stats.Torn++
+		a.mu.Unlock()
+		return
+	}
+}
+
+// startsWith reports whether the file rel (under --dir) begins with the
+// committed file old: its first and last committed chunks hash the same
+// at the same offsets. A file that cannot be read does not.
+func (a *Agent) startsWith(rel string, old checkpoint.File) bool {
+	d, err := beneath.Open(a.cfg.Dir)
+	if err != nil {
+		return false
+	}
+	defer d.Close()
+	f, err := d.OpenFile(rel, os.O_RDONLY, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	last := len(old.Chunks) - 1
+	check := []int{0, last}
+	if last == 0 {
+		check = check[:1]
+	}
+	for _, i := range check {
+		off := int64(0)
+		for _, c := range old.Chunks[:i] {
+			off += c.Size
+		}
+		h := sha256.New()
+		if _, err := io.Copy(h, io.NewSectionReader(f, off, old.Chunks[i].Size)); err != nil {
+			return false
+		}
+		if hex.EncodeToString(h.Sum(nil)) != old.Chunks[i].SHA256 {
+			return false
+		}
+	}
+	return true
+}
