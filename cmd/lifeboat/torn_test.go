@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -42,8 +43,14 @@ while True:
 // checkpoint.torn_commit once with the hint, marks it in the store (so
 // no reader restores it) and counts it; the last revision, the whole
 // file, is what a restore gives. On the code before, each partial size
-// was committed silently.
+// was committed silently. The same with the trainer beside a sidecar.
 func TestTornCommitMarked(t *testing.T) {
+	for _, kind := range []string{"run", "sidecar"} {
+		t.Run(kind, func(t *testing.T) { testTornCommitMarked(t, kind) })
+	}
+}
+
+func testTornCommitMarked(t *testing.T, kind string) {
 	root := t.TempDir()
 	storeDir := filepath.Join(root, "store")
 	url := "file://" + storeDir
@@ -59,16 +66,37 @@ func TestTornCommitMarked(t *testing.T) {
 	if err := os.WriteFile(src, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := start(t, "plain", "run", "--store", url, "--dir", dir, "--settle", "300ms", "--scan-interval", "100ms", "--log-format", "json",
-		"--", "python3", "-c", piecesTrainer, goDir, src)
+	flags := []string{"--store", url, "--dir", dir, "--settle", "300ms", "--scan-interval", "100ms", "--log-format", "json"}
+	var p *lb
+	var trainer *exec.Cmd
+	if kind == "run" {
+		p = start(t, "plain", append(append([]string{"run"}, flags...), "--", "python3", "-c", piecesTrainer, goDir, src)...)
+	} else {
+		// The trainer in a container of its own, beside the sidecar.
+		trainer = exec.Command("python3", "-c", piecesTrainer, goDir, src)
+		trainer.Env = append(os.Environ(), "LIFEBOAT_DIR="+dir)
+		if err := trainer.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = trainer.Process.Kill(); _ = trainer.Wait() })
+		p = start(t, "plain", append([]string{"sidecar", "--grace", "10s"}, flags...)...)
+	}
 	for i := 1; i <= 4; i++ {
 		waitFor(t, p, func() bool { return len(logLines(p.stderr.String(), "checkpoint.committed")) >= i })
 		if i < 4 {
 			release(t, goDir, i)
 		}
 	}
+	if trainer != nil {
+		_ = trainer.Process.Signal(syscall.SIGTERM)
+		_ = trainer.Wait()
+	}
 	p.signal(syscall.SIGTERM)
-	waitExit(t, p, 143)
+	if kind == "run" {
+		waitExit(t, p, 143)
+	} else {
+		waitExit(t, p, 0)
+	}
 	torn := logLines(p.stderr.String(), "checkpoint.torn_commit")
 	if len(torn) != 3 {
 		t.Fatalf("%d checkpoint.torn_commit lines, want 3 (revisions 0, 1, 2):\n%s", len(torn), p.stderr.String())
