@@ -1042,10 +1042,14 @@ import os, sys, time, train
 d, index, size = "/rendezvous", os.environ["JOB_COMPLETION_INDEX"], int(os.environ["LIFEBOAT_WORLD_SIZE"])
 def arrivals(i):
     return [f for f in os.listdir(d) if f.startswith("rank-%s-" % i)]
-mine = "rank-%s-%s" % (index, os.environ["HOSTNAME"])
+# The pod name, not the host name: an Indexed Job gives every pod of an
+# index the same host name.
+mine = "rank-%s-%s" % (index, os.environ["LIFEBOAT_POD_NAME"])
 if mine not in arrivals(index):
-    with open(os.path.join(d, mine), "w") as f:
-        f.write(str(len(arrivals(index)) + 1))
+    count = str(len(arrivals(index)) + 1)
+    with open(os.path.join(d, "." + mine), "w") as f:
+        f.write(count)
+    os.rename(os.path.join(d, "." + mine), os.path.join(d, mine))
 with open(os.path.join(d, mine)) as f:
     me = f.read()
 def count(name):
