@@ -35,7 +35,7 @@ func main() {
 	signals.SetRuntimeOwnsURG(!signals.AsyncPreemptOff(signals.LinkedGODEBUG(), os.Getenv("GODEBUG")))
 	// Every signal since before the first of lifeboat's packages
 	// initialised (internal/earlysignal): a stop that came while the
-	// runtime set up the program ends the start-up as a stop (143).
+	// program initialised ends the start-up as a stop (143).
 	startup = catchSignals(earlysignal.Signals())
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -4,8 +4,8 @@
 //
 // Go runs a package's init after those of the packages it imports, and,
 // among the packages ready, in the order of their import paths. This
-// package imports os/signal alone, so the runtime initialises it right
-// after os/signal, before the third-party packages and every other
+// package imports only os/signal (and os and syscall, which os/signal
+// needs anyway), so the runtime initialises it right after os/signal, before the third-party packages and every other
 // package of lifeboat: the same init order puts it first in every build
 // (TestEarlySignalTrials checks this on the binary). Before its init a
 // SIGTERM meets the Go runtime's default (the process dies of it, or, as
@@ -14,8 +14,8 @@
 // runtime's own start, which no Go code can shorten (docs/RELIABILITY.md
 // gives the measured length).
 //
-// It must import nothing but os, os/signal and syscall (which os/signal
-// needs anyway): every other import could only move its init later.
+// It must import nothing else: every other import could only move its
+// init later (TestImportsOnlySignal).
 package earlysignal
 
 import (
@@ -37,7 +37,7 @@ func init() {
 	signal.Notify(caught)
 }
 
-// Signals returns the channel of every signal received since the process
-// started, in the order received; there is one subscription, so each
+// Signals returns the channel of every signal received since this
+// package's init, in the order received; there is one subscription, so each
 // signal arrives once. Its one reader is main's relay.
 func Signals() <-chan os.Signal { return caught }
