@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/lifeboat-project/lifeboat/internal/earlysignal"
 	"github.com/lifeboat-project/lifeboat/signals"
 )
 
@@ -32,7 +33,10 @@ func main() {
 	// is forwarded like any other signal; a plain `go build` (or
 	// GODEBUG=asyncpreemptoff=0) keeps it the runtime's.
 	signals.SetRuntimeOwnsURG(!signals.AsyncPreemptOff(signals.LinkedGODEBUG(), os.Getenv("GODEBUG")))
-	startup = catchSignals()
+	// Every signal since before the first of lifeboat's packages
+	// initialised (internal/earlysignal): a stop that came while the
+	// program initialised ends the start-up as a stop (143).
+	startup = catchSignals(earlysignal.Signals())
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
