@@ -54,15 +54,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "restore":
 		return restoreCmd(ctx, args[1:], stdout, stderr)
 	case "ls":
-		return lsCmd(ctx, args[1:], stdout, stderr)
+		return stoppable(ctx, lsCmd, args[1:], stdout, stderr)
 	case "verify":
-		return verifyCmd(ctx, args[1:], stdout, stderr)
+		return stoppable(ctx, verifyCmd, args[1:], stdout, stderr)
 	case "prune":
-		return pruneCmd(ctx, args[1:], stdout, stderr)
+		return stoppable(ctx, pruneCmd, args[1:], stdout, stderr)
 	case "doctor":
-		return doctorCmd(ctx, args[1:], stdout, stderr)
+		return stoppable(ctx, doctorCmd, args[1:], stdout, stderr)
 	case "check":
-		return checkCmd(ctx, args[1:], stdout, stderr)
+		return stoppable(ctx, checkCmd, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, versionLine())
 		return 0
@@ -77,6 +77,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
+}
+
+// stoppable runs a command that supervises nothing (ls, verify, prune,
+// doctor, check) so that a stop signal ends it as a shell expects: every
+// signal is caught from the first moment (internal/earlysignal), so without
+// this a Ctrl-C or a SIGTERM would be ignored. The signal cancels the
+// command's context; what it was doing stops (a prune between two
+// deletes, as it is safe to), and the exit code is 128 plus the signal.
+func stoppable(ctx context.Context, cmd func(context.Context, []string, io.Writer, io.Writer) int, args []string, stdout, stderr io.Writer) int {
+	ctx, done := startup.during(ctx, nil)
+	defer done()
+	code := cmd(ctx, args, stdout, stderr)
+	if sig := startup.stop(); sig != 0 {
+		fmt.Fprintf(stderr, "lifeboat: stopped by SIG%s\n", signals.Name(sig))
+		return 128 + int(sig)
+	}
+	return code
 }
 
 func usage(w io.Writer) {
