@@ -351,6 +351,7 @@ func TestMetricsThroughACycle(t *testing.T) {
 			"lifeboat_upload_retries_total":                            eq(retries),
 			"lifeboat_upload_failures_total":                           eq(failures),
 			"lifeboat_checkpoints_interrupted_total":                   eq(interrupted),
+			"lifeboat_commits_torn_total":                              eq(0), // no committed file grows here (TestTornCommitMarked)
 			"lifeboat_trainer_oom_kills_total":                         eq(oom),
 			`lifeboat_trainer_restarts_total{reason="oom"}`:            eq(restartOOM),
 			`lifeboat_trainer_restarts_total{reason="signal"}`:         eq(0),

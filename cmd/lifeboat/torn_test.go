@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // piecesTrainer writes step-000100/model.bin in four pieces of 100 KB,
@@ -66,7 +67,7 @@ func testTornCommitMarked(t *testing.T, kind string) {
 	if err := os.WriteFile(src, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	flags := []string{"--store", url, "--dir", dir, "--settle", "300ms", "--scan-interval", "100ms", "--log-format", "json"}
+	flags := []string{"--store", url, "--dir", dir, "--settle", "300ms", "--scan-interval", "100ms", "--log-format", "json", "--metrics-addr", "127.0.0.1:0"}
 	var p *lb
 	var trainer *exec.Cmd
 	if kind == "run" {
@@ -86,6 +87,15 @@ func testTornCommitMarked(t *testing.T, kind string) {
 		if i < 4 {
 			release(t, goDir, i)
 		}
+	}
+	// The metrics are fed from the agent's figures once a second.
+	addr := listenAddr(t, p)
+	counted := scrape(t, addr, "lifeboat_commits_torn_total")
+	for deadline := time.Now().Add(hangLimit); counted != 3 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		counted = scrape(t, addr, "lifeboat_commits_torn_total")
+	}
+	if counted != 3 {
+		t.Errorf("lifeboat_commits_torn_total = %v, want 3 (-1e9: not exported)", counted)
 	}
 	if trainer != nil {
 		_ = trainer.Process.Signal(syscall.SIGTERM)
