@@ -430,28 +430,36 @@ func TestStepNotEveryRankAsked(t *testing.T) {
 
 // TestTwoRanksStopAtOnce: two ranks preempted at the same moment both
 // write a record; every rank agrees under the lowest one.
+// twoStopAtOnce runs three ranks on inner, of which ranks 1 and 2 begin a
+// stop at the same moment: neither sees the other's record before its own
+// stop began. Listings show no stop record until both are written;
+// otherwise a pause of the test between the two Begins lets rank 1 see
+// rank 2's record and follow it instead. It returns once rank 0 follows
+// the stop, with the store the ranks use.
+func twoStopAtOnce(t *testing.T, inner storage.Store) ([]*rank, storage.Store) {
+	t.Helper()
+	var hide atomic.Bool
+	hide.Store(true)
+	st := &mem.FaultStore{Inner: inner, OnList: func(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
+		if hide.Load() && strings.HasPrefix(prefix, StopPrefix) {
+			return nil
+		}
+		return inner.List(ctx, prefix, fn)
+	}}
+	rs := startRanks(t, st, 3, time.Now(), time.Minute, 0, 1, 2)
+	rs[2].Begin("SIGTERM", time.Time{})
+	rs[1].Begin("SIGTERM", time.Time{})
+	for _, r := range rs[1:] {
+		eventually(t, "both stop records written", func() bool { return len(r.log.records("coord.stop_written")) == 1 })
+	}
+	hide.Store(false)
+	<-rs[0].Peer()
+	return rs, st
+}
+
 func TestTwoRanksStopAtOnce(t *testing.T) {
 	eachStore(t, func(t *testing.T, inner storage.Store) {
-		// At the same moment: neither rank sees the other's record before
-		// its own stop began. Listings show no stop record until both are
-		// written; otherwise a pause of the test between the two Begins
-		// lets rank 1 see rank 2's record and follow it instead.
-		var hide atomic.Bool
-		hide.Store(true)
-		st := &mem.FaultStore{Inner: inner, OnList: func(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
-			if hide.Load() && strings.HasPrefix(prefix, StopPrefix) {
-				return nil
-			}
-			return inner.List(ctx, prefix, fn)
-		}}
-		rs := startRanks(t, st, 3, time.Now(), time.Minute, 0, 1, 2)
-		rs[2].Begin("SIGTERM", time.Time{})
-		rs[1].Begin("SIGTERM", time.Time{})
-		for _, r := range rs[1:] {
-			eventually(t, "both stop records written", func() bool { return len(r.log.records("coord.stop_written")) == 1 })
-		}
-		hide.Store(false)
-		<-rs[0].Peer()
+		rs, st := twoStopAtOnce(t, inner)
 		for _, r := range rs {
 			r.ask(t, 5)
 		}

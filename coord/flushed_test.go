@@ -2,9 +2,7 @@ package coord
 
 import (
 	"context"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,22 +16,7 @@ import (
 // all three; the common step is the lowest.
 func TestFlushedEveryRank(t *testing.T) {
 	eachStore(t, func(t *testing.T, inner storage.Store) {
-		var hide atomic.Bool
-		hide.Store(true)
-		st := &mem.FaultStore{Inner: inner, OnList: func(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
-			if hide.Load() && strings.HasPrefix(prefix, StopPrefix) {
-				return nil
-			}
-			return inner.List(ctx, prefix, fn)
-		}}
-		rs := startRanks(t, st, 3, time.Now(), time.Minute, 0, 1, 2)
-		rs[2].Begin("SIGTERM", time.Time{})
-		rs[1].Begin("SIGTERM", time.Time{})
-		for _, r := range rs[1:] {
-			eventually(t, "both stop records written", func() bool { return len(r.log.records("coord.stop_written")) == 1 })
-		}
-		hide.Store(false)
-		<-rs[0].Peer()
+		rs, _ := twoStopAtOnce(t, inner)
 		newest := []int64{28, 25, 30}
 		got := make([]Flushed, 3)
 		var wg sync.WaitGroup
