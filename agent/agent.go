@@ -123,12 +123,10 @@ type Agent struct {
 	// checkpoint that completes in a later scan (Run's goroutine only).
 	lastNamed *watch.Ready
 	// superseded holds, by step, the named checkpoints a newer commit
-	// superseded in this run, and committed the named steps this run
-	// committed: what CommitStep may still commit.
+	// superseded in this run: what CommitStep may still commit.
 	superseded map[int64]watch.Ready
-	committed  map[int64]bool
 	// commits holds, by checkpoint id, this run's last commit of it
-	// (torn.go).
+	// (torn.go): also which named steps this run committed.
 	commits map[string]*commitRecord
 	notify  func(Event) // events.go
 }
@@ -167,7 +165,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	return &Agent{cfg: cfg, flushCh: make(chan flushReq), running: make(chan struct{}), stopped: make(chan struct{}),
 		stats: Stats{LastStep: -1, RestoredStep: -1, InFlightStep: -1}, line: cfg.Line,
-		superseded: map[int64]watch.Ready{}, committed: map[int64]bool{}, commits: map[string]*commitRecord{}}, nil
+		superseded: map[int64]watch.Ready{}, commits: map[string]*commitRecord{}}, nil
 }
 
 // SetLine makes sc the run's line of work from the next upload on.
@@ -631,9 +629,6 @@ func (a *Agent) finished(r watch.Ready, older []watch.Ready, err error) {
 	}
 	a.cfg.Watcher.Done(r)
 	a.stats.Commits++
-	if !r.Counter {
-		a.committed[r.Step] = true
-	}
 	a.stats.LastStep = r.Step
 	a.stats.LastCommit = a.cfg.Clock()
 	a.stats.LastUploadError = ""
@@ -810,8 +805,10 @@ func (a *Agent) Newest() int64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	newest := a.stats.RestoredStep
-	for step := range a.committed {
-		newest = max(newest, step)
+	for _, rec := range a.commits {
+		if !rec.target.Counter {
+			newest = max(newest, rec.target.Step)
+		}
 	}
 	return newest
 }
@@ -831,7 +828,10 @@ func (a *Agent) CommitStep(ctx context.Context, step int64) (bool, error) {
 	}
 	a.mu.Lock()
 	r, ok := a.superseded[step]
-	done := a.committed[step] || a.stats.RestoredStep == step
+	done := a.stats.RestoredStep == step
+	for _, rec := range a.commits {
+		done = done || !rec.target.Counter && rec.target.Step == step
+	}
 	a.mu.Unlock()
 	switch {
 	case done:

@@ -15,19 +15,31 @@ import (
 )
 
 // commitRecord is this run's last commit of one checkpoint (by its id):
-// the target and revision, and each file as the manifest holds it.
+// the target and revision, and of each file what checkTorn compares.
 type commitRecord struct {
 	target   checkpoint.Target
 	revision int
-	files    map[string]checkpoint.File // by path relative to --dir
-	torn     bool                       // marked torn already
+	files    map[string]committedFile // by path relative to --dir
+	torn     bool                     // marked torn already
+}
+
+// committedFile is a committed file's size and its first and last chunks
+// (with the last one's offset): a bounded record however large the file,
+// since one is kept for every checkpoint of the run.
+type committedFile struct {
+	size        int64
+	first, last checkpoint.Chunk
+	lastOff     int64
 }
 
 // recordCommit remembers what res committed of r.
 func (a *Agent) recordCommit(r watch.Ready, t checkpoint.Target, res *checkpoint.UploadResult) {
-	rec := &commitRecord{target: t, revision: res.Revision, files: map[string]checkpoint.File{}}
+	rec := &commitRecord{target: t, revision: res.Revision, files: map[string]committedFile{}}
 	for _, f := range res.Manifest.Files {
-		rec.files[f.Path] = f
+		if n := len(f.Chunks); n > 0 {
+			last := f.Chunks[n-1]
+			rec.files[f.Path] = committedFile{size: f.Size, first: f.Chunks[0], last: last, lastOff: f.Size - last.Size}
+		}
 	}
 	a.mu.Lock()
 	a.commits[r.ID] = rec
@@ -52,13 +64,13 @@ func (a *Agent) checkTorn(ctx context.Context, r watch.Ready) {
 	for _, f := range r.Files {
 		rel := path.Join(r.Dir, f.Path)
 		old, ok := rec.files[rel]
-		if !ok || f.Size <= old.Size || len(old.Chunks) == 0 || !a.startsWith(rel, old) {
+		if !ok || f.Size <= old.size || !a.startsWith(rel, old) {
 			continue
 		}
-		why := fmt.Sprintf("%s grew from %d to %d bytes after the commit, which holds its first %d", rel, old.Size, f.Size, old.Size)
+		why := fmt.Sprintf("%s grew from %d to %d bytes after the commit, which holds its first %d", rel, old.size, f.Size, old.size)
 		err := checkpoint.MarkTorn(ctx, a.cfg.Uploader.Store, rec.target, rec.revision, why)
 		args := []any{"step", rec.target.Step, "rank", rec.target.Rank, "revision", rec.revision, "path", rel,
-			"committed_bytes", old.Size, "bytes", f.Size, "reason", "a file of the commit grew afterwards: it was committed while still being written"}
+			"committed_bytes", old.size, "bytes", f.Size, "reason", "a file of the commit grew afterwards: it was committed while still being written"}
 		if err != nil {
 			args = append(args, "mark_err", err, "effect", "the mark could not be stored: the revision stays restorable until a higher one replaces it")
 		} else {
@@ -77,7 +89,7 @@ func (a *Agent) checkTorn(ctx context.Context, r watch.Ready) {
 // startsWith reports whether the file rel (under --dir) begins with the
 // committed file old: its first and last committed chunks hash the same
 // at the same offsets. A file that cannot be read does not.
-func (a *Agent) startsWith(rel string, old checkpoint.File) bool {
+func (a *Agent) startsWith(rel string, old committedFile) bool {
 	d, err := beneath.Open(a.cfg.Dir)
 	if err != nil {
 		return false
@@ -88,23 +100,10 @@ func (a *Agent) startsWith(rel string, old checkpoint.File) bool {
 		return false
 	}
 	defer f.Close()
-	last := len(old.Chunks) - 1
-	check := []int{0, last}
-	if last == 0 {
-		check = check[:1]
-	}
-	for _, i := range check {
-		off := int64(0)
-		for _, c := range old.Chunks[:i] {
-			off += c.Size
-		}
+	same := func(c checkpoint.Chunk, off int64) bool {
 		h := sha256.New()
-		if _, err := io.Copy(h, io.NewSectionReader(f, off, old.Chunks[i].Size)); err != nil {
-			return false
-		}
-		if hex.EncodeToString(h.Sum(nil)) != old.Chunks[i].SHA256 {
-			return false
-		}
+		_, err := io.Copy(h, io.NewSectionReader(f, off, c.Size))
+		return err == nil && hex.EncodeToString(h.Sum(nil)) == c.SHA256
 	}
-	return true
+	return same(old.first, 0) && (old.lastOff == 0 || same(old.last, old.lastOff))
 }
