@@ -66,6 +66,21 @@ func startDDPOn(t *testing.T, store string, world int, env []string, flags ...st
 	return ranks
 }
 
+// stopAtRank0 sends SIGTERM to rank 0 only, checks that every rank exits
+// 143, and logs the time from the signal to the last rank's exit (not a
+// bound: docs/BENCHMARKS.md records it).
+func stopAtRank0(t *testing.T, ranks []*lb) {
+	t.Helper()
+	sent := time.Now()
+	ranks[0].signal(syscall.SIGTERM)
+	for r, p := range ranks {
+		if code := p.wait(); code != 143 {
+			t.Errorf("rank %d exited %d, want 143; stderr:\n%s", r, code, p.stderr.String())
+		}
+	}
+	t.Logf("from rank 0's SIGTERM to the last rank's exit: %s", time.Since(sent).Round(time.Millisecond))
+}
+
 // TestDDPStopLeavesOneStep: real DDP jobs on gloo of 2 and 4 ranks that
 // save every 3 steps, far more often than --settle (an hour: nothing is
 // uploaded before the stop), are stopped by a SIGTERM to rank 0 only.
@@ -88,15 +103,7 @@ func TestDDPStopLeavesOneStep(t *testing.T) {
 				}
 				env := []string{"MODE=" + mode, "SAVE_EVERY=3", "STEP_SECONDS=0.01"}
 				ranks := startDDPOn(t, store, world, env, "--coord-interval", "200ms", "--grace", "12s", "--settle", "1h")
-				sent := time.Now()
-				ranks[0].signal(syscall.SIGTERM)
-				for r, p := range ranks {
-					if code := p.wait(); code != 143 {
-						t.Errorf("rank %d exited %d, want 143; stderr:\n%s", r, code, p.stderr.String())
-					}
-				}
-				// Not a bound: docs/BENCHMARKS.md records it.
-				t.Logf("from rank 0's SIGTERM to the last rank's exit: %s", time.Since(sent).Round(time.Millisecond))
+				stopAtRank0(t, ranks)
 				latest := latestComplete(lsJSON(t, nil, store))
 				if latest < 3 {
 					t.Fatalf("newest complete step %d after the stop, want one", latest)
@@ -126,15 +133,7 @@ func TestDDPStopEveryRankExits143(t *testing.T) {
 	for _, interval := range []string{"1h", "200ms"} {
 		t.Run("coord-interval "+interval, func(t *testing.T) {
 			ranks := startDDP(t, 2, "--coord-interval", interval)
-			sent := time.Now()
-			ranks[0].signal(syscall.SIGTERM)
-			for r, p := range ranks {
-				if code := p.wait(); code != 143 {
-					t.Errorf("rank %d exited %d, want 143; stderr:\n%s", r, code, p.stderr.String())
-				}
-			}
-			// Not a bound: docs/BENCHMARKS.md records it.
-			t.Logf("from rank 0's SIGTERM to the last rank's exit: %s", time.Since(sent).Round(time.Millisecond))
+			stopAtRank0(t, ranks)
 			if t.Failed() {
 				return
 			}
