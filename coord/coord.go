@@ -279,16 +279,16 @@ func (c *Coordinator) tick(ctx context.Context) {
 // is logged once and never counts, not even once real time has passed
 // its stamp.
 func (c *Coordinator) valid(ids []string) []string {
-	cut := c.cfg.Started.Add(-c.cfg.ClockSkew)
 	now := c.cfg.Now()
 	var out []string
 	for _, id := range ids {
-		t, rank, ok := parseStopID(id)
-		if !ok || t.Before(cut) || rank == c.cfg.Rank && id != c.own.ID || c.future[id] {
+		ok, ahead := c.counts(id, c.own.ID, now)
+		if !ok || c.future[id] {
 			continue
 		}
-		if ahead := t.Sub(now); ahead > c.cfg.ClockSkew {
+		if ahead > c.cfg.ClockSkew {
 			c.future[id] = true
+			_, rank, _ := parseStopID(id)
 			c.cfg.Log.Warn("coord.stop_from_future", "stop_id", id, "from_rank", rank, "ahead", ahead.Round(time.Millisecond).String(),
 				"effect", "ignored: an earlier run's record from a node whose clock was ahead; rank 0 deletes it when it starts")
 			continue
@@ -296,6 +296,19 @@ func (c *Coordinator) valid(ids []string) []string {
 		out = append(out, id)
 	}
 	return out
+}
+
+// counts reports whether the stop record id counts for this lifeboat by
+// its name (the package doc): written no earlier than the clock skew
+// before this lifeboat started, and not by this rank unless it is own,
+// this lifeboat's record; and how far its stamp is ahead of now (more
+// than the skew: an earlier run's, from a node whose clock was ahead).
+func (c *Coordinator) counts(id, own string, now time.Time) (ok bool, ahead time.Duration) {
+	t, rank, parsed := parseStopID(id)
+	if !parsed || t.Before(c.cfg.Started.Add(-c.cfg.ClockSkew)) || rank == c.cfg.Rank && id != own {
+		return false, 0
+	}
+	return true, t.Sub(now)
 }
 
 // watch is one look for another rank's stop.

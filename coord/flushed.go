@@ -137,11 +137,9 @@ func (c *Coordinator) jobID(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cut := c.cfg.Started.Add(-c.cfg.ClockSkew)
 	now := c.cfg.Now()
 	for _, id := range ids {
-		t, rank, ok := parseStopID(id)
-		if ok && !t.Before(cut) && t.Sub(now) <= c.cfg.ClockSkew && (rank != c.cfg.Rank || id == joined.ID) {
+		if ok, ahead := c.counts(id, joined.ID, now); ok && ahead <= c.cfg.ClockSkew {
 			return id, nil
 		}
 	}
