@@ -1,5 +1,5 @@
 # Convenience targets; the scripts are the source of truth.
-.PHONY: demo test build build-static build-gpu cross-test bench bench-pid1 bench-startup bench-latency bench-storage bench-checkpoint fuzz image crash
+.PHONY: demo test build build-static build-gpu cross-test bench bench-pid1 bench-startup bench-earlysignal bench-latency bench-storage bench-checkpoint fuzz image crash
 
 # The two build flavours (README, "Build flavours"): bin/lifeboat is static
 # (CGO_ENABLED=0), bin/lifeboat-gpu is built with cgo against glibc, for
@@ -26,13 +26,16 @@ test:
 image:
 	scripts/docker-build.sh
 
-bench: bench-pid1 bench-startup bench-storage bench-checkpoint bench-latency
+bench: bench-pid1 bench-startup bench-earlysignal bench-storage bench-checkpoint bench-latency
 
 bench-pid1:
 	bench/pid1.sh
 
 bench-startup:
 	bench/startup.sh
+
+bench-earlysignal:
+	bench/earlysignal.sh
 
 bench-storage:
 	bench/storage.sh

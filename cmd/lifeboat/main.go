@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/lifeboat-project/lifeboat/internal/earlysignal"
 	"github.com/lifeboat-project/lifeboat/signals"
 )
 
@@ -32,7 +33,10 @@ func main() {
 	// is forwarded like any other signal; a plain `go build` (or
 	// GODEBUG=asyncpreemptoff=0) keeps it the runtime's.
 	signals.SetRuntimeOwnsURG(!signals.AsyncPreemptOff(signals.LinkedGODEBUG(), os.Getenv("GODEBUG")))
-	startup = catchSignals()
+	// Every signal since before the first of lifeboat's packages
+	// initialised (internal/earlysignal): a stop that came while the
+	// program initialised ends the start-up as a stop (143).
+	startup = catchSignals(earlysignal.Signals())
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -77,7 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // stoppable runs a command that supervises nothing (ls, verify, prune,
 // doctor, check) so that a stop signal ends it as a shell expects: every
-// signal is caught from the start of main (catchSignals), so without
+// signal is caught from the first moment (internal/earlysignal), so without
 // this a Ctrl-C or a SIGTERM would be ignored. The signal cancels the
 // command's context; what it was doing stops (a prune between two
 // deletes, as it is safe to), and the exit code is 128 plus the signal.

@@ -183,6 +183,10 @@ func runRun(ctx context.Context, o *runOptions) error {
 	if preemptCode <= 0 {
 		preemptCode = supervisor.DefaultPreemptExitCode
 	}
+	// A stop signal ends the start-up's context, not the supervision's:
+	// the supervisor receives the signal itself (handOff) and reports it
+	// by name.
+	supervision := ctx
 	ctx, started := startup.during(ctx, cfg.StopSignals)
 	defer started()
 	if code, stopped := stoppedDuringStartup(startup, "start", nil, log, cfg.TerminationLog, cfg.TerminationLogCreate, preemptCode); stopped {
@@ -198,7 +202,7 @@ func runRun(ctx context.Context, o *runOptions) error {
 			log.Warn("checkpoint.no_store", "dir", o.checkpoint.dir,
 				"effect", "checkpoints stay local; set LIFEBOAT_STORE (--store) to upload and resume them")
 		}
-		return supervise(ctx, cfg, nil, o)
+		return supervise(supervision, cfg, nil, o)
 	}
 	p, err := newPipeline(ctx, &o.store, &o.checkpoint, o.ranks, log, o.common.stderr)
 	if code, stopped := stoppedDuringStartup(startup, "store open and restore", err, log, cfg.TerminationLog, cfg.TerminationLogCreate, preemptCode); stopped {
@@ -208,7 +212,7 @@ func runRun(ctx context.Context, o *runOptions) error {
 	if err != nil {
 		return err
 	}
-	return supervise(ctx, cfg, p, o)
+	return supervise(supervision, cfg, p, o)
 }
 
 // supervise supervises cfg.Argv until it and its tree have exited. With a

@@ -32,10 +32,10 @@ type earlySignals struct {
 	cancel  context.CancelCauseFunc
 }
 
-// catchSignals subscribes to every signal. main calls it first.
-func catchSignals() *earlySignals {
-	in := make(chan os.Signal, 1024)
-	signal.Notify(in)
+// catchSignals relays in, the subscription to every signal that
+// internal/earlysignal made before any other package of lifeboat's
+// initialised. main calls it first.
+func catchSignals(in <-chan os.Signal) *earlySignals {
 	e := &earlySignals{relay: make(chan os.Signal, 1024), stops: []unix.Signal{unix.SIGTERM, unix.SIGINT}}
 	go func() {
 		for s := range in {
