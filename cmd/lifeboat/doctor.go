@@ -157,10 +157,9 @@ func runDoctor(ctx context.Context, o *doctorOptions) error {
 				sr.Error, rep.Failed = err.Error(), true
 			} else {
 				sr.Reachable, sr.Checkpoints = true, len(snaps)
-				for _, sn := range snaps {
-					if sn.Complete && sn.Step > sr.Latest {
-						sr.Latest = sn.Step
-					}
+				// What a restore of any world size would take.
+				if n := checkpoint.Newest(snaps, 0); n != nil {
+					sr.Latest = n.Step
 				}
 				if loc, _ := storage.ParseURL(o.store.url); loc.Scheme == "s3" {
 					sr.ConditionalWrites = probeReport(ctx, s, o.store.unsafeNoConditionalWrites, &rep.Failed)

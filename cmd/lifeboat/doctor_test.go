@@ -205,3 +205,30 @@ func TestDoctorUnprivileged(t *testing.T) {
 		t.Errorf("missing %v in %+v", want, rep.Protections)
 	}
 }
+
+// TestDoctorLatestIsWhatRestoreTakes: doctor's latest complete step is the
+// one a restore takes, by the store's one rule of what is newest
+// (checkpoint.Newest), not the highest step number. The store holds step
+// 9000 of one line of work, then step 500 of a run started fresh on
+// purpose (--restore never): a new line, the newer work. On the code
+// before, doctor said 9000 while a restore took 500.
+func TestDoctorLatestIsWhatRestoreTakes(t *testing.T) {
+	url := "file://" + filepath.Join(t.TempDir(), "store")
+	saveOne(t, nil, url, t.TempDir(), 9000, 1000)
+	p := startEnv(t, "plain", nil, "run", "--store", url, "--dir", t.TempDir(), "--restore", "never", "--settle", "200ms", "--scan-interval", "100ms", "--",
+		"sh", "-c", `mkdir -p "$LIFEBOAT_DIR/step-000500" && head -c 1000 /dev/urandom > "$LIFEBOAT_DIR/step-000500/model.bin"`)
+	waitExit(t, p, 0)
+	if code, out := runLifeboat(t, nil, "restore", "--store", url, "--dir", t.TempDir()); code != 0 || !strings.Contains(out, "restored step 500 ") {
+		t.Fatalf("restore: exit %d\n%s\nwant step 500, the newer line's", code, out)
+	}
+	out, _ := exec.Command(lifeboatBin, "doctor", "--json", "--store", url).Output()
+	var rep struct {
+		Store storeReport `json:"store"`
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, out)
+	}
+	if rep.Store.Latest != 500 || rep.Store.Checkpoints != 2 {
+		t.Errorf("doctor: latest complete step %d of %d checkpoints, want 500 of 2 (what a restore takes)", rep.Store.Latest, rep.Store.Checkpoints)
+	}
+}
