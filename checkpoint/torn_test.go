@@ -47,6 +47,9 @@ func TestTornRevisionNeverRestored(t *testing.T) {
 		if _, err := Restore(ctx, s, 10, 0, t.TempDir(), RestoreOptions{WorldSize: 1}); !errors.Is(err, ErrTorn) {
 			t.Errorf("Restore of step 10 = %v, want ErrTorn", err)
 		}
+		if rep, err := Verify(ctx, s, 10, VerifyOptions{ReadData: ReadAll}); err != nil || len(rep.Problems) != 1 || rep.Problems[0].Kind != BadManifest || !strings.Contains(rep.Problems[0].Detail, "still being written") {
+			t.Errorf("Verify of step 10 = %+v, %v; want the torn revision a bad manifest, as a restore refuses it", rep, err)
+		}
 		pr, err := Prune(ctx, s, PruneOptions{Keep: 1, DryRun: true})
 		if err != nil || len(pr.Kept) != 1 || pr.Kept[0] != 5 {
 			t.Errorf("prune keeps %+v, %v; want step 5 (the torn step counts toward no Keep)", pr, err)

@@ -108,11 +108,30 @@ func (o VerifyOptions) withDefaults() VerifyOptions {
 	return o
 }
 
+// VerifiedRank is the revision of one rank that Verify checked: the one a
+// restore of the step takes for that rank.
+type VerifiedRank struct {
+	Rank     int
+	Key      string // its manifest key
+	Revision int
+	Counter  bool // a counter checkpoint's manifest (false when it did not decode)
+}
+
 // VerifyReport is what Verify found. OK reports a restorable snapshot.
 type VerifyReport struct {
-	Step       int64
-	WorldSize  int
-	Revision   int    // the highest revision of the ranks' manifests checked
+	Step      int64
+	WorldSize int
+	Revision  int // the highest revision of the ranks' manifests checked
+	// Ranks lists, by rank, the revision checked of each rank that has a
+	// manifest: the one a restore of the step takes (its highest, or,
+	// with PassedOver, its highest named one).
+	Ranks []VerifiedRank
+	// PassedOver, when set, says why the ranks' highest revisions could
+	// not be paired: a restore takes each rank's highest named revision
+	// instead (docs/FORMAT.md, "Named revisions beneath counter ones"),
+	// and those are what was checked; the counter revisions above them
+	// were not.
+	PassedOver string
 	ReadData   Subset // the chunks whose content was to be checked
 	Manifests  int    // manifests that decoded
 	Chunks     int    // distinct chunks referenced
@@ -124,13 +143,17 @@ type VerifyReport struct {
 // OK reports whether no problem was found.
 func (r *VerifyReport) OK() bool { return len(r.Problems) == 0 }
 
-// Verify checks the snapshot of step, each rank's highest revision: every
-// rank has a manifest that decodes, every distinct chunk is stored with the
-// size the manifests say (and the SHA-256 the store reports, where it
-// reports one), and the chunks in opts.ReadData are downloaded and hash to
-// their names. It does not run the format checks of package format; a
-// restore does. Problems are reported in the
-// report; the error is for failures to check (store unreachable, ctx).
+// Verify checks the snapshot of step as a restore of it would take it:
+// each rank's highest revision, or, where the ranks' highest revisions
+// cannot be paired (counter checkpoints) and their highest named ones can,
+// those (VerifyReport.Ranks and PassedOver say which were checked). Every
+// rank has a manifest that decodes (a revision marked torn does not),
+// every distinct chunk is stored with the size the manifests say (and the
+// SHA-256 the store reports, where it reports one), and the chunks in
+// opts.ReadData are downloaded and hash to their names. It does not run
+// the format checks of package format; a restore does. Problems are
+// reported in the report; the error is for failures to check (store
+// unreachable, ctx).
 func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions) (*VerifyReport, error) {
 	opts = opts.withDefaults()
 	groups, err := listSteps(ctx, s, stepPrefix(step))
@@ -145,17 +168,17 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 		}
 		rep.WorldSize = g.worldSize
 	}
-	keys := map[int]storage.ObjectInfo{}
-	for _, g := range groups {
-		if g.worldSize == rep.WorldSize {
-			keys = g.keys
-			rep.Revision = g.revision()
-		}
+	g := &stepGroup{step: step, worldSize: rep.WorldSize, keys: map[int]storage.ObjectInfo{}, revisions: map[int]int{}}
+	if i := slices.IndexFunc(groups, func(g *stepGroup) bool { return g.worldSize == rep.WorldSize }); i >= 0 {
+		g = groups[i]
 	}
-	chunks, order, err := verifyManifests(ctx, s, keys, rep)
-	if err != nil {
-		return nil, err
+	// The revisions a restore takes: readGroups pairs the ranks' named
+	// revisions beneath counter ones, as every reader does.
+	if err := readGroups(ctx, s, []*stepGroup{g}); err != nil {
+		return nil, fmt.Errorf("checkpoint: verify step %d: read manifests in %s: %w", step, s, err)
 	}
+	rep.Revision, rep.PassedOver = g.revision(), g.passedOver
+	chunks, order := verifyManifests(g, rep)
 	if err := verifyChunks(ctx, s, chunks, order, opts, rep); err != nil {
 		return nil, fmt.Errorf("checkpoint: verify step %d: %w", step, err)
 	}
@@ -163,26 +186,23 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 	return rep, nil
 }
 
-// verifyManifests reads the manifest of each of rep's ranks (keys, by
-// rank) and reports the missing and bad ones in rep. It returns the size
-// of each distinct chunk they name, and the chunks in the order first
-// named.
-func verifyManifests(ctx context.Context, s storage.Store, keys map[int]storage.ObjectInfo, rep *VerifyReport) (chunks map[string]int64, order []string, err error) {
+// verifyManifests reports in rep the revision checked of each rank of g,
+// whose manifests readGroups read, and its missing and bad manifests. It
+// returns the size of each distinct chunk the manifests name, and the
+// chunks in the order first named.
+func verifyManifests(g *stepGroup, rep *VerifyReport) (chunks map[string]int64, order []string) {
 	chunks = map[string]int64{} // sum -> size
 	for r := range rep.WorldSize {
-		oi, ok := keys[r]
+		oi, ok := g.keys[r]
 		if !ok {
 			rep.Problems = append(rep.Problems, Problem{MissingManifest, manifestKey(Target{Step: rep.Step, Rank: r, WorldSize: rep.WorldSize}, 0), fmt.Sprintf("rank %d of %d has no manifest", r, rep.WorldSize)})
 			continue
 		}
-		key := oi.Key
-		m, err := readManifest(ctx, s, key)
-		switch {
-		case errors.Is(err, ErrCorrupt) || errors.Is(err, storage.ErrNotExist):
-			rep.Problems = append(rep.Problems, Problem{BadManifest, key, err.Error()})
+		m := g.manifests[r]
+		rep.Ranks = append(rep.Ranks, VerifiedRank{Rank: r, Key: oi.Key, Revision: g.revisions[r], Counter: m != nil && m.Counter})
+		if m == nil {
+			rep.Problems = append(rep.Problems, Problem{BadManifest, oi.Key, g.errs[r].Error()})
 			continue
-		case err != nil:
-			return nil, nil, err
 		}
 		rep.Manifests++
 		for _, f := range m.Files {
@@ -195,7 +215,7 @@ func verifyManifests(ctx context.Context, s storage.Store, keys map[int]storage.
 		}
 	}
 	rep.Chunks = len(order)
-	return chunks, order, nil
+	return chunks, order
 }
 
 // verifyChunks checks the chunks in order (checkChunk), up to opts.Workers

@@ -5,6 +5,7 @@ package main
 // job back or destroy its progress (docs/FORMAT.md, "Lines of work").
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,7 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lifeboat-project/lifeboat/checkpoint"
 	"github.com/lifeboat-project/lifeboat/internal/testenv"
+	"github.com/lifeboat-project/lifeboat/storage"
 )
 
 // awaitCommitsPruned waits until p has logged n checkpoint.committed and
@@ -337,5 +340,127 @@ func TestFreshStartOverProgressIsLoud(t *testing.T) {
 	warn := logLines(p.stderr.String(), "resume.fresh_start")
 	if len(warn) != 1 || warn[0]["level"] != "WARN" || !regexp.MustCompile(`complete step 100 of this world size \(line [0-9a-f]{16}\)`).MatchString(fmt.Sprint(warn[0]["reason"])) {
 		t.Errorf("resume.fresh_start lines %v; want one WARN naming step 100 and its line", warn)
+	}
+}
+
+// chunkKeys lists the chunk keys s holds.
+func chunkKeys(t *testing.T, s storage.Store) map[string]bool {
+	t.Helper()
+	keys := map[string]bool{}
+	if err := s.List(context.Background(), "chunks/", func(oi storage.ObjectInfo) error { keys[oi.Key] = true; return nil }); err != nil {
+		t.Fatalf("list chunks: %v", err)
+	}
+	return keys
+}
+
+// TestLateCommitOfReplacedPod (issue 36 row 7): two pods of one job
+// overlap. Pod A commits step 40, saves step 50 (24 MB, --upload-limit
+// 2MB keeps it uploading) and is preempted (SIGTERM) while uploading it;
+// once a chunk of step 50 is stored (its upload, and the created time it
+// writes, have begun) A is held there with SIGSTOP, so that the order of
+// what follows is chosen, not raced. Its
+// replacement B, on its own volume, restores 40, commits 45 and, more than
+// checkpoint.ClockAllowance after A's upload began, 50, with --keep 1.
+// Then A goes on (SIGCONT): its upload of step 50 lands after B's commit
+// and is not committed (checkpoint.late_commit; A still exits 143). The
+// store holds B's step 50 only (revision 0, B's manifest), and the next
+// restore gives B's files of step 50. On the code before, A's files
+// became revision 1 of step 50 over B's, with an older created time.
+func TestLateCommitOfReplacedPod(t *testing.T) {
+	for _, sk := range storeKinds() {
+		t.Run(sk.name, func(t *testing.T) {
+			url, env := sk.url(t), sk.env(t)
+			s := openStore(t, env, url)
+			goA := t.TempDir()
+			a := startEnv(t, "plain", env, append(wsFlags(url, 0, 1, t.TempDir(), "--upload-limit", "2MB", "--grace", "10m"), "--", "sh", "-c", `set -e
+await() { n=0; while [ ! -e "$1" ]; do sleep 0.05; n=$((n+1)); [ $n -lt 2400 ] && kill -0 "$PPID" 2>/dev/null || exit 1; done; }
+mkdir -p "$LIFEBOAT_DIR/step-000040" "$LIFEBOAT_DIR/step-000050"
+echo "pod A step 40" > "$LIFEBOAT_DIR/step-000040/shard-0.bin"
+await "$0/1"
+head -c 24000000 /dev/urandom > "$0/model.bin"
+mv "$0/model.bin" "$LIFEBOAT_DIR/step-000050/model.bin"
+await "$0/2"`, goA)...)
+			waitStored(t, env, url, 40, 1, true, a)
+			before := chunkKeys(t, s)
+			release(t, goA, 1)
+			waitFor(t, a, func() bool {
+				return slices.ContainsFunc(logLines(a.stderr.String(), "checkpoint.upload_started"), func(l map[string]any) bool { return fmt.Sprint(l["step"]) == "50" })
+			})
+			if err := syscall.Kill(a.pid, syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			// A chunk of step 50 stored: A's upload (and its created
+			// time) has begun. Hold A there.
+			waitFor(t, a, func() bool {
+				for k := range chunkKeys(t, s) {
+					if !before[k] {
+						return true
+					}
+				}
+				return false
+			})
+			began := time.Now()
+			if err := syscall.Kill(a.pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			held := true
+			t.Cleanup(func() {
+				if held {
+					_ = syscall.Kill(a.pid, syscall.SIGCONT)
+				}
+			})
+			if _, ok := lsStep(lsJSON(t, env, url), 50, 1); ok {
+				t.Fatalf("pod A's upload of step 50 ended before it was held; stderr:\n%s", tail(a.stderr.String()))
+			}
+
+			// B waits for its save of 50 past the clock allowance: its
+			// trainer's waits may last longer than stepsTrainer's.
+			goB := t.TempDir()
+			trainer := stepsTrainer(goB, 45, 50)
+			trainer[len(trainer)-1] = strings.Replace(trainer[len(trainer)-1], "-lt 2400", "-lt 12000", 1)
+			b := startEnv(t, "plain", env, append(wsFlags(url, 0, 1, t.TempDir(), "--keep", "1"), trainer...)...)
+			awaitCommitsPruned(t, b, 1)
+			if r := logLines(b.stderr.String(), "resume.restored"); len(r) != 1 || fmt.Sprint(r[0]["step"]) != "40" {
+				t.Fatalf("pod B's resume.restored %v; want step 40", r)
+			}
+			// The rule names a moment: B's commit of 50 stored more than
+			// the clock allowance after A's upload began (no later than
+			// began). Wait for that moment, then let B save 50.
+			time.Sleep(time.Until(began.Add(checkpoint.ClockAllowance + time.Second)))
+			release(t, goB, 1)
+			awaitCommitsPruned(t, b, 2)
+			var bID string
+			for _, l := range logLines(b.stderr.String(), "checkpoint.committed") {
+				if fmt.Sprint(l["step"]) == "50" {
+					bID = fmt.Sprint(l["manifest_id"])
+				}
+			}
+
+			if err := syscall.Kill(a.pid, syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			held = false
+			waitExit(t, a, 143)
+			late := logLines(a.stderr.String(), "checkpoint.late_commit")
+			if len(late) != 1 || fmt.Sprint(late[0]["step"]) != "50" || late[0]["level"] != "WARN" {
+				t.Errorf("pod A's checkpoint.late_commit lines %v; want one WARN for step 50\n%s", late, tail(a.stderr.String()))
+			}
+			release(t, goB, 2)
+			waitExit(t, b, 0)
+
+			if got := storedSteps(t, env, url); !slices.Equal(got, []string{"50/1"}) {
+				t.Errorf("store holds %v, want B's step 50 (--keep 1)", got)
+			}
+			if e, ok := lsStep(lsJSON(t, env, url), 50, 1); !ok || e.Revision != 0 || !slices.Equal(e.IDs, []string{bID}) {
+				t.Errorf("step 50: %+v; want revision 0, pod B's manifest %s", e, bID)
+			}
+			dir := t.TempDir()
+			code, out := runLifeboat(t, env, "restore", "--store", url, "--dir", dir)
+			got, _ := os.ReadFile(filepath.Join(dir, "step-000050", "shard-0.bin"))
+			_, errA := os.Stat(filepath.Join(dir, "step-000050", "model.bin"))
+			if code != 0 || !strings.Contains(out, "restored step 50 ") || string(got) != "rank 0 step 000050" || errA == nil {
+				t.Errorf("the next restore: exit %d, shard-0.bin %q, pod A's model.bin there: %v\n%s\nwant pod B's step 50", code, got, errA == nil, out)
+			}
+		})
 	}
 }

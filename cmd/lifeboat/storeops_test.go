@@ -10,6 +10,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -136,6 +138,72 @@ func TestVerifyReadsDataByDefault(t *testing.T) {
 	}
 	if found != 1 {
 		t.Errorf("the parts 1/2 and 2/2 found the altered chunk %d times, want once", found)
+	}
+}
+
+// TestVerifyChecksNamedBeneathCounters: a 2-rank step 10 whose ranks'
+// highest revisions are counter checkpoints (unpaired) over their named
+// revisions 0 is restored from the named ones, so `lifeboat verify`
+// checks those and says so: with rank 1's counter revision's chunk
+// deleted it passes (exit 0), in text and JSON naming the revisions
+// checked and why the highest were passed over; with rank 1's named
+// revision's chunk altered it fails (exit 1) naming that chunk. On the
+// code before, verify checked the counter revisions: the reverse.
+func TestVerifyChecksNamedBeneathCounters(t *testing.T) {
+	for _, broken := range []string{"counter", "named"} {
+		t.Run(broken, func(t *testing.T) {
+			url := "file://" + filepath.Join(t.TempDir(), "store")
+			s := openStore(t, nil, url)
+			var named, counter [2]*checkpoint.Manifest
+			for r := range 2 {
+				named[r] = seedRank(t, s, checkpoint.Target{Step: 10, Rank: r, WorldSize: 2}, map[string][]byte{"m.bin": numbered(fmt.Sprint("named", r), 3000)})
+			}
+			for r := range 2 {
+				counter[r] = seedRank(t, s, checkpoint.Target{Step: 10, Rank: r, WorldSize: 2, Counter: true}, map[string][]byte{"m.bin": numbered(fmt.Sprint("counter", r), 3000)})
+			}
+			m := counter[1]
+			if broken == "named" {
+				m = named[1]
+			}
+			sum := m.Files[0].Chunks[1].SHA256
+			key := "chunks/" + sum[:2] + "/" + sum
+			ctx := context.Background()
+			if broken == "counter" {
+				if err := s.Delete(ctx, key); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				rc, err := s.Get(ctx, key, 0, -1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(rc)
+				rc.Close()
+				b[10] ^= 0xff
+				if _, err := s.Put(ctx, key, bytes.NewReader(b), int64(len(b)), storage.PutOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			const why = "ranks 0,1 are counter checkpoints: ranks cannot be paired"
+			code, out, errOut := lbRun(t, nil, "verify", "--store", url, "10")
+			wantCode := map[string]int{"counter": 0, "named": 1}[broken]
+			if code != wantCode || !strings.Contains(out, "step 10 rev 0: ") ||
+				!strings.Contains(out, "named revisions checked (rank 0 rev 0, rank 1 rev 0)") || !strings.Contains(out, why) ||
+				(broken == "named") != strings.Contains(out, "corrupt-chunk "+key) {
+				t.Errorf("verify 10 with %s revision's chunk broken: exit %d, want %d; stdout:\n%s\nstderr:\n%s", broken, code, wantCode, out, errOut)
+			}
+			code, out, errOut = lbRun(t, nil, "verify", "--store", url, "--json", "10")
+			var reps []verifyEntry
+			if err := json.Unmarshal([]byte(out), &reps); err != nil || code != wantCode || len(reps) != 1 {
+				t.Fatalf("verify --json: exit %d, %v; stdout:\n%s\nstderr:\n%s", code, err, out, errOut)
+			}
+			rep := reps[0]
+			wantRanks := []verifyRank{{0, 0, false, "snapshots/00000000000000000010/rank-00000-of-00002.json"}, {1, 0, false, "snapshots/00000000000000000010/rank-00001-of-00002.json"}}
+			if rep.Step != 10 || rep.Revision != 0 || rep.PassedOver != why || !slices.Equal(rep.Ranks, wantRanks) || rep.OK != (broken == "counter") ||
+				(broken == "named") != (len(rep.Problems) == 1 && rep.Problems[0].Key == key && rep.Problems[0].Kind == "corrupt-chunk") {
+				t.Errorf("verify --json: %+v; want the named revisions %+v checked, passed over because %q", rep, wantRanks, why)
+			}
+		})
 	}
 }
 
