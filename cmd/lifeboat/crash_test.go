@@ -454,18 +454,23 @@ func openCrashStore(t *testing.T, url string) storage.Store {
 	if err != nil {
 		t.Fatalf("open %s: %v", url, err)
 	}
+	emptyAtCleanup(t, s)
+	return s
+}
+
+// emptyAtCleanup deletes every object of s when the test ends.
+func emptyAtCleanup(t *testing.T, s storage.Store) {
 	t.Cleanup(func() {
 		ctx := context.Background()
 		var keys []string
 		if err := s.List(ctx, "", func(oi storage.ObjectInfo) error { keys = append(keys, oi.Key); return nil }); err != nil {
-			t.Logf("empty %s: %v", url, err)
+			t.Logf("empty %s: %v", s, err)
 			return
 		}
 		for _, k := range keys {
 			_ = s.Delete(ctx, k)
 		}
 	})
-	return s
 }
 
 // writeCrashFiles writes one checkpoint's files of the given sizes into dir,

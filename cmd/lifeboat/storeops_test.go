@@ -24,6 +24,7 @@ import (
 	"github.com/lifeboat-project/lifeboat/checkpoint"
 	"github.com/lifeboat-project/lifeboat/resume"
 	"github.com/lifeboat-project/lifeboat/storage"
+	"github.com/lifeboat-project/lifeboat/storage/s3"
 )
 
 // lbRun runs the lifeboat binary with env added to the test's
@@ -45,11 +46,34 @@ func lbRun(t *testing.T, env []string, args ...string) (int, string, string) {
 // the way the subcommands do, and empties it when the test ends.
 func openStore(t *testing.T, env []string, url string) storage.Store {
 	t.Helper()
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
+	// The credentials are passed in, not set in the test's environment,
+	// so that tests on several stores can run at once.
+	getenv := func(k string) string {
+		for _, kv := range slices.Backward(env) {
+			if name, v, ok := strings.Cut(kv, "="); ok && name == k {
+				return v
+			}
+		}
+		return os.Getenv(k)
 	}
-	return openCrashStore(t, url)
+	loc, err := storage.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := storage.Open(context.Background(), loc, func(config any) error {
+		if cfg, ok := config.(*s3.Config); ok {
+			cfg.FromEnv(getenv)
+			cfg.AccessKey, cfg.SecretKey = getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY")
+			cfg.BucketLookup, cfg.CreateBucket = s3.LookupAuto, true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("open %s: %v", url, err)
+	}
+	s = storage.Retry(storage.Recover(s), storage.RetryPolicy{})
+	emptyAtCleanup(t, s)
+	return s
 }
 
 // seedStep commits files (slash path -> bytes) as the snapshot of step,
