@@ -51,7 +51,7 @@ func DefaultCheckRetry(ctx context.Context, err error) bool {
 // RetryEvent describes one retry about to be made, for RetryPolicy.OnRetry.
 type RetryEvent struct {
 	// Op is the call: "put", "get", "read" (of a Get's body), "stat",
-	// "list" or "delete".
+	// "list" or "delete"; for Do, what its caller names ("open").
 	Op string
 	// Key is the object's key, or the prefix of a List.
 	Key string
@@ -110,18 +110,36 @@ type RetryPolicy struct {
 // again). A backend with retries of its own should have them turned off
 // when wrapped (s3.Config.RequestAttempts = 1), or both multiply.
 func Retry(s Store, p RetryPolicy) Store {
+	return &retryStore{inner: s, p: p.withDefaults()}
+}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
 	if p.Backoff == nil {
 		p.Backoff = DefaultBackoff()
 	}
 	if p.CheckRetry == nil {
 		p.CheckRetry = DefaultCheckRetry
 	}
-	return &retryStore{inner: s, p: p}
+	return p
+}
+
+// Do calls fn until it succeeds, fails for good, no retry is left, or ctx
+// ends, as Retry retries a store's calls, and returns its last error; op
+// and key name the call for OnRetry. It serves what is not a call of a
+// Store, such as opening one (Open's first request to the server).
+func (p RetryPolicy) Do(ctx context.Context, op, key string, fn func() error) error {
+	p = p.withDefaults()
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil || !p.again(ctx, op, key, attempt, err) {
+			return err
+		}
+	}
 }
 
 type retryStore struct {
 	inner Store
-	p     RetryPolicy
+	p     RetryPolicy // with defaults
 }
 
 var (
@@ -132,16 +150,16 @@ var (
 // again decides after a failed try whether to retry, and waits before the
 // retry: false when err is not retried, no retry is left, or ctx ended
 // during the wait.
-func (s *retryStore) again(ctx context.Context, op, key string, attempt int, err error) bool {
-	if !s.p.CheckRetry(ctx, err) {
+func (p RetryPolicy) again(ctx context.Context, op, key string, attempt int, err error) bool {
+	if !p.CheckRetry(ctx, err) {
 		return false
 	}
-	d, ok := s.p.Backoff(attempt)
+	d, ok := p.Backoff(attempt)
 	if !ok {
 		return false
 	}
-	if s.p.OnRetry != nil {
-		s.p.OnRetry(RetryEvent{Op: op, Key: key, Attempt: attempt, Wait: d, Err: err})
+	if p.OnRetry != nil {
+		p.OnRetry(RetryEvent{Op: op, Key: key, Attempt: attempt, Wait: d, Err: err})
 	}
 	if d <= 0 {
 		return ctx.Err() == nil
@@ -160,7 +178,7 @@ func (s *retryStore) Put(ctx context.Context, key string, r io.Reader, size int6
 	body := newRewinder(r)
 	for attempt := 1; ; attempt++ {
 		info, err := s.inner.Put(ctx, key, body.reader(), size, opts)
-		if err == nil || !body.canRewind() || !s.again(ctx, "put", key, attempt, err) {
+		if err == nil || !body.canRewind() || !s.p.again(ctx, "put", key, attempt, err) {
 			return info, err
 		}
 		if rerr := body.rewind(); rerr != nil {
@@ -223,7 +241,7 @@ func (s *retryStore) Get(ctx context.Context, key string, offset, length int64) 
 		if err == nil {
 			return &retryBody{s: s, ctx: ctx, key: key, offset: offset, want: length, rc: rc}, nil
 		}
-		if !s.again(ctx, "get", key, attempt, err) {
+		if !s.p.again(ctx, "get", key, attempt, err) {
 			return nil, err
 		}
 	}
@@ -268,7 +286,7 @@ func (b *retryBody) Read(p []byte) (int, error) {
 			}
 		}
 		b.tries++
-		if !b.s.again(b.ctx, "read", b.key, b.tries, b.err) {
+		if !b.s.p.again(b.ctx, "read", b.key, b.tries, b.err) {
 			b.final = b.err
 			return 0, b.final
 		}
@@ -318,7 +336,7 @@ func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
 func (s *retryStore) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 	for attempt := 1; ; attempt++ {
 		info, err := s.inner.Stat(ctx, key)
-		if err == nil || !s.again(ctx, "stat", key, attempt, err) {
+		if err == nil || !s.p.again(ctx, "stat", key, attempt, err) {
 			return info, err
 		}
 	}
@@ -346,7 +364,7 @@ func (s *retryStore) List(ctx context.Context, prefix string, fn func(ObjectInfo
 		if progress {
 			attempt = 1
 		}
-		if err == nil || fnErr || !s.again(ctx, "list", prefix, attempt, err) {
+		if err == nil || fnErr || !s.p.again(ctx, "list", prefix, attempt, err) {
 			return err
 		}
 	}
@@ -355,7 +373,7 @@ func (s *retryStore) List(ctx context.Context, prefix string, fn func(ObjectInfo
 func (s *retryStore) Delete(ctx context.Context, key string) error {
 	for attempt := 1; ; attempt++ {
 		err := s.inner.Delete(ctx, key)
-		if err == nil || !s.again(ctx, "delete", key, attempt, err) {
+		if err == nil || !s.p.again(ctx, "delete", key, attempt, err) {
 			return err
 		}
 	}

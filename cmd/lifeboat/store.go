@@ -150,11 +150,23 @@ func (o *storeOptions) open(ctx context.Context) (storage.Store, error) {
 			return nil, fmt.Errorf("--upload-limit (LIFEBOAT_UPLOAD_LIMIT) is %q; give bytes per second such as 200MB or 1GiB", o.uploadLimit)
 		}
 	}
-	s, err := storage.Open(ctx, loc, o.configure)
-	if err != nil {
+	// Opening an S3 store asks the server about the bucket: a throttled
+	// or briefly unreachable server (503 SlowDown, a pod's network not yet
+	// up beside its proxy) is asked again, as every later call is. A
+	// directory store's errors are the machine's own and final.
+	policy := storage.RetryPolicy{OnRetry: o.onRetry}
+	opening := storage.RetryPolicy{Backoff: func(int) (time.Duration, bool) { return 0, false }}
+	if loc.Scheme == "s3" {
+		opening = policy
+	}
+	var s storage.Store
+	if err := opening.Do(ctx, "open", loc.String(), func() (err error) {
+		s, err = storage.Open(ctx, loc, o.configure)
+		return err
+	}); err != nil {
 		return nil, err
 	}
-	o.opened = storage.Retry(storage.Recover(storage.Limit(s, limit)), storage.RetryPolicy{OnRetry: o.onRetry})
+	o.opened = storage.Retry(storage.Recover(storage.Limit(s, limit)), policy)
 	return o.opened, nil
 }
 

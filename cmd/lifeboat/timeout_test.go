@@ -37,6 +37,12 @@ func TestStoreTimeoutBlackHole(t *testing.T) {
 	creds := []string{"AWS_ACCESS_KEY_ID=AKIDLIFEBOATTEST", "AWS_SECRET_ACCESS_KEY=" + secret}
 	flags := []string{"--store", "s3://ckpt/job", "--s3-endpoint", endpoint, "--s3-connect-timeout", "300ms", "--s3-response-timeout", "300ms"}
 	viaEnv := append([]string{"AWS_ENDPOINT_URL=" + endpoint, "LIFEBOAT_S3_CONNECT_TIMEOUT=300ms", "LIFEBOAT_S3_RESPONSE_TIMEOUT=300ms"}, creds...)
+	// After the commands, which run at once.
+	t.Cleanup(func() {
+		if _, err := os.Stat(marker); err == nil {
+			t.Errorf("the trainer started although the store never answered")
+		}
+	})
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -50,6 +56,7 @@ func TestStoreTimeoutBlackHole(t *testing.T) {
 		{"ls from the environment", viaEnv, []string{"ls", "--store", "s3://ckpt/job"}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each asks a few times before it gives up
 			code, out := runLifeboat(t, tc.env, tc.args...)
 			if code != tc.code {
 				t.Errorf("exit %d, want %d; output %q", code, tc.code, out)
@@ -63,9 +70,6 @@ func TestStoreTimeoutBlackHole(t *testing.T) {
 				t.Errorf("the secret key appears in the output %q", out)
 			}
 		})
-	}
-	if _, err := os.Stat(marker); err == nil {
-		t.Errorf("the trainer started although the store never answered")
 	}
 }
 

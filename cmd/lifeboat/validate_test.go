@@ -274,23 +274,27 @@ func TestValidateCABundleEnv(t *testing.T) {
 // TestExitCodeRuntimeFailure: a store that cannot be reached is the
 // operation failing: 1 for restore, ls, verify, prune and doctor, 125
 // (lifeboat's own failure, as for run) for sidecar; never 2, which says
-// the command line is wrong.
+// the command line is wrong. Each command asks a few times first (the
+// retries of opening a store), so they run at once.
 func TestExitCodeRuntimeFailure(t *testing.T) {
 	for _, cmd := range []string{"ls", "verify", "prune", "restore", "doctor", "sidecar"} {
-		args := []string{cmd, "--store", "s3://bucket/x", "--s3-endpoint", "http://127.0.0.1:1", "--s3-connect-timeout", "1s", "--s3-response-timeout", "1s"}
-		want := 1
-		switch cmd {
-		case "restore":
-			args = append(args, "--dir", t.TempDir())
-		case "sidecar":
-			args, want = append(args, "--dir", t.TempDir()), 125
-		}
-		c := exec.Command(lifeboatBin, args...)
-		c.Env = append(cleanEnv(), "AWS_ACCESS_KEY_ID=k", "AWS_SECRET_ACCESS_KEY=s", "AWS_REGION=us-east-1")
-		out, _ := c.CombinedOutput()
-		if code := c.ProcessState.ExitCode(); code != want {
-			t.Errorf("%s against a closed port: exit %d, want %d; output %q", cmd, code, want, out)
-		}
+		t.Run(cmd, func(t *testing.T) {
+			t.Parallel()
+			args := []string{cmd, "--store", "s3://bucket/x", "--s3-endpoint", "http://127.0.0.1:1", "--s3-connect-timeout", "1s", "--s3-response-timeout", "1s"}
+			want := 1
+			switch cmd {
+			case "restore":
+				args = append(args, "--dir", t.TempDir())
+			case "sidecar":
+				args, want = append(args, "--dir", t.TempDir()), 125
+			}
+			c := exec.Command(lifeboatBin, args...)
+			c.Env = append(cleanEnv(), "AWS_ACCESS_KEY_ID=k", "AWS_SECRET_ACCESS_KEY=s", "AWS_REGION=us-east-1")
+			out, _ := c.CombinedOutput()
+			if code := c.ProcessState.ExitCode(); code != want {
+				t.Errorf("%s against a closed port: exit %d, want %d; output %q", cmd, code, want, out)
+			}
+		})
 	}
 }
 

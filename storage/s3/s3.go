@@ -43,7 +43,9 @@ var _ storage.Store = (*Store)(nil)
 func New(ctx context.Context, cfg Config) (*Store, error) {
 	s, err := newStore(cfg)
 	if err != nil {
-		return nil, err
+		// The configuration, a CA file, the client: nothing a retry
+		// changes.
+		return nil, storage.Permanent(err)
 	}
 	if err := s.checkBucket(ctx); err != nil {
 		return nil, err
