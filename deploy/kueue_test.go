@@ -109,21 +109,27 @@ func kueuePath(api *testenv.KubeAPI, resource string, namespaced bool) string {
 	return "/apis/kueue.x-k8s.io/v1beta2/" + resource
 }
 
-// kueueCRDs returns the directory of Kueue's CRDs in the module cache,
-// downloading the module from the Go module proxy when it is not there.
+// kueueCRDs returns the directory of Kueue's CRDs in the module cache.
 func kueueCRDs(t *testing.T) string {
 	t.Helper()
-	cmd := exec.Command("go", "mod", "download", "-json", "sigs.k8s.io/kueue@"+kueueVersion)
+	return filepath.Join(moduleDir(t, "sigs.k8s.io/kueue", kueueVersion), "config", "components", "crd", "bases")
+}
+
+// moduleDir returns the directory of module at version in the module
+// cache, downloading it from the Go module proxy when it is not there.
+func moduleDir(t *testing.T, module, version string) string {
+	t.Helper()
+	cmd := exec.Command("go", "mod", "download", "-json", module+"@"+version)
 	cmd.Dir = t.TempDir() // outside this module: nothing is added to go.mod
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go mod download sigs.k8s.io/kueue@%s: %v\n%s", kueueVersion, err, out)
+		t.Fatalf("go mod download %s@%s: %v\n%s", module, version, err, out)
 	}
 	var mod struct{ Dir string }
 	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
-		t.Fatalf("go mod download: no module directory in %s (%v)", out, err)
+		t.Fatalf("go mod download %s@%s: no module directory in %s (%v)", module, version, out, err)
 	}
-	return filepath.Join(mod.Dir, "config", "components", "crd", "bases")
+	return mod.Dir
 }
 
 // installCRD creates the CRD in file and waits until it is established.
@@ -131,7 +137,7 @@ func installCRD(t *testing.T, api *testenv.KubeAPI, file, kind string) {
 	t.Helper()
 	b, err := os.ReadFile(file)
 	if err != nil {
-		t.Fatalf("Kueue's CRD for %s: %v", kind, err)
+		t.Fatalf("the CRD for %s: %v", kind, err)
 	}
 	var crd map[string]any
 	if err := yaml.Unmarshal(b, &crd); err != nil {
