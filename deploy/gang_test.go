@@ -91,29 +91,34 @@ type volcanoPolicy struct {
 	Action   string   `json:"action"`
 }
 
-// readOne reads file, which must hold exactly one object, as a map (for
-// the API server) and into typed (for the checks).
-func readOne(t *testing.T, file string, typed any) map[string]any {
+func readFile(t *testing.T, file string) string {
 	t.Helper()
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return string(b)
+}
+
+// readOne decodes text, which must hold exactly one object, as a map (for
+// the API server) and into typed (for the checks).
+func readOne(t *testing.T, text string, typed any) map[string]any {
+	t.Helper()
 	var docs []string
-	for _, doc := range docSeparator.Split(string(b), -1) {
+	for _, doc := range docSeparator.Split(text, -1) {
 		if strings.TrimSpace(stripComments(doc)) != "" {
 			docs = append(docs, doc)
 		}
 	}
 	if len(docs) != 1 {
-		t.Fatalf("%s holds %d objects, want 1", file, len(docs))
+		t.Fatalf("%d objects, want 1", len(docs))
 	}
 	var obj map[string]any
 	if err := yaml.UnmarshalStrict([]byte(docs[0]), &obj); err != nil {
-		t.Fatalf("%s: %v", file, err)
+		t.Fatal(err)
 	}
 	if err := yaml.Unmarshal([]byte(docs[0]), typed); err != nil {
-		t.Fatalf("%s: %v", file, err)
+		t.Fatal(err)
 	}
 	return obj
 }
@@ -145,28 +150,19 @@ func refusesUnknownField(t *testing.T, api *testenv.KubeAPI, path string, obj ma
 	}
 }
 
-// gangPod runs the Job checks that apply to a gang on its pod template.
-func gangPod(t *testing.T, where string, tmpl corev1.PodTemplateSpec) *pod {
-	t.Helper()
-	m := loadManifests(t)
-	p, err := newPod(&batchv1.Job{Spec: batchv1.JobSpec{Template: tmpl}}, m)
-	if err != nil {
-		t.Fatalf("%s: %v", where, err)
-	}
+// runGangJobChecks runs the Job checks that apply to a gang's pod
+// template.
+func runGangJobChecks(t *testing.T, p *pod) {
 	for _, c := range jobChecks {
 		if gangSkips[c.name] {
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {
 			if err := c.check(p); err != nil {
-				t.Errorf("%s: %v", where, err)
+				t.Error(err)
 			}
 		})
 	}
-	if len(p.runProcs) != 1 {
-		t.Fatalf("%s: %d containers run `lifeboat run`, want exactly one, the trainer", where, len(p.runProcs))
-	}
-	return p
 }
 
 // runAsPod runs the real lifeboat binary with the trainer container's
@@ -248,22 +244,181 @@ func childJobFailure(job *batchv1.JobSpec, container string, exit int32, disrupt
 	return jobFailure{}, false
 }
 
+// reporter is what the engine checks report to: a *testing.T, or a
+// *findings in TestGangChecksCatch.
+type reporter interface {
+	Errorf(format string, args ...any)
+}
+
+// findings collects what the checks report.
+type findings []string
+
+func (f *findings) Errorf(format string, args ...any) { *f = append(*f, fmt.Sprintf(format, args...)) }
+
+// jobSetGang is deploy/jobset's JobSet with its pod template resolved.
+type jobSetGang struct {
+	js      *jobSet
+	rjName  string
+	job     *batchv1.JobSpec
+	pod     *pod
+	trainer *lifeboatProc
+}
+
+// loadJobSet decodes text (a jobset.yaml) and resolves its pod template;
+// obj is the object as the API server gets it.
+func loadJobSet(t *testing.T, text string) (g *jobSetGang, obj map[string]any) {
+	t.Helper()
+	js := &jobSet{}
+	obj = readOne(t, text, js)
+	if obj["apiVersion"] != "jobset.x-k8s.io/v1alpha2" || obj["kind"] != "JobSet" {
+		t.Fatalf("%v %v, want jobset.x-k8s.io/v1alpha2 JobSet", obj["apiVersion"], obj["kind"])
+	}
+	if len(js.Spec.ReplicatedJobs) != 1 || js.Spec.ReplicatedJobs[0].Replicas != 1 {
+		t.Fatal("want one replicatedJob of one Indexed Job whose completion index is the rank")
+	}
+	rj := &js.Spec.ReplicatedJobs[0]
+	p, err := newPod(&batchv1.Job{Spec: batchv1.JobSpec{Template: rj.Template.Spec.Template}}, loadManifests(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.runProcs) != 1 {
+		t.Fatalf("%d containers run `lifeboat run`, want exactly one, the trainer", len(p.runProcs))
+	}
+	return &jobSetGang{js: js, rjName: rj.Name, job: &rj.Template.Spec, pod: p, trainer: p.runProcs[0]}, obj
+}
+
+// checkJobSet checks the gang's pods, its coordinator, and what JobSet
+// does when a pod ends, by the rules JobSet's controller (v0.10,
+// pkg/controllers/failure_policy.go) applies to the messages the Job
+// controller writes: the first rule whose reasons and message patterns
+// match decides; none: RestartJobSet.
+func checkJobSet(r reporter, g *jobSetGang) {
+	js, job, trainer := g.js, g.job, g.trainer
+	if job.CompletionMode == nil || *job.CompletionMode != batchv1.IndexedCompletion {
+		r.Errorf("completionMode is not Indexed: the pods have no index to take as their rank")
+	}
+	if job.Parallelism == nil || job.Completions == nil || *job.Parallelism != *job.Completions {
+		r.Errorf("parallelism and completions must be set and equal: every rank runs at once")
+	} else {
+		n := strconv.Itoa(int(*job.Completions))
+		if v := trainer.env["WORLD_SIZE"]; v != n {
+			r.Errorf("WORLD_SIZE is %q, want the Job's %s pods", v, n)
+		}
+		if v, ok := trainer.value("world-size"); ok && v != n {
+			r.Errorf("LIFEBOAT_WORLD_SIZE is %q, want the Job's %s pods", v, n)
+		}
+	}
+	if e := envVarNamed(trainer.c, "RANK"); e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil ||
+		e.ValueFrom.FieldRef.FieldPath != completionIndexField {
+		r.Errorf("RANK does not come from %s: lifeboat and the trainer would not agree on the rank", completionIndexField)
+	}
+
+	if net := js.Spec.Network; net == nil || net.EnableDNSHostnames == nil || !*net.EnableDNSHostnames {
+		r.Errorf("network.enableDNSHostnames is not true: the pods have no host names to reach rank 0 by")
+	} else {
+		sub := net.Subdomain
+		if sub == "" {
+			sub = js.Metadata.Name
+		}
+		// JobSet names the Jobs <jobset>-<replicatedJob>-<job index>; an
+		// Indexed Job's pod's host name is <job>-<index>.<subdomain>.
+		if want := fmt.Sprintf("%s-%s-0-0.%s", js.Metadata.Name, g.rjName, sub); trainer.env["MASTER_ADDR"] != want {
+			r.Errorf("MASTER_ADDR is %q, want rank 0's host name %q", trainer.env["MASTER_ADDR"], want)
+		}
+	}
+	port, _ := strconv.Atoi(trainer.env["MASTER_PORT"])
+	if !slices.ContainsFunc(trainer.c.Ports, func(cp corev1.ContainerPort) bool { return int(cp.ContainerPort) == port }) {
+		r.Errorf("MASTER_PORT %q is no containerPort of %s", trainer.env["MASTER_PORT"], trainer.c.Name)
+	}
+
+	fp := js.Spec.FailurePolicy
+	if fp == nil {
+		r.Errorf("no failurePolicy: the first failed pod fails the whole JobSet, a preemption too")
+		return
+	}
+	if fp.RestartStrategy != "BlockingRecreate" {
+		r.Errorf("restartStrategy is %q, want BlockingRecreate: a new rank could restore before an old rank's final upload is committed", fp.RestartStrategy)
+	}
+	if job.PodReplacementPolicy != nil && *job.PodReplacementPolicy != batchv1.Failed {
+		r.Errorf("podReplacementPolicy %q: a replacement pod could start while the old one uploads", *job.PodReplacementPolicy)
+	}
+	action := func(f jobFailure) string {
+		for _, rule := range fp.Rules {
+			if len(rule.TargetReplicatedJobs) > 0 && !slices.Contains(rule.TargetReplicatedJobs, g.rjName) {
+				continue
+			}
+			if len(rule.OnJobFailureReasons) > 0 && !slices.Contains(rule.OnJobFailureReasons, f.reason) {
+				continue
+			}
+			match := len(rule.OnJobFailureMessagePatterns) == 0
+			for _, pat := range rule.OnJobFailureMessagePatterns {
+				re, err := regexp.Compile(pat)
+				if err != nil {
+					r.Errorf("rule %s: pattern %q: %v", rule.Name, pat, err)
+					continue
+				}
+				match = match || re.MatchString(f.message)
+			}
+			if match {
+				return rule.Action
+			}
+		}
+		return "RestartJobSet"
+	}
+	for _, c := range []struct {
+		name      string
+		exit      int32
+		disrupted bool
+		want      string
+	}{
+		{"lifeboat's preemption exit", 143, false, "RestartJobSetAndIgnoreMaxRestarts"},
+		{"preempted, lifeboat's exit", 143, true, "RestartJobSetAndIgnoreMaxRestarts"},
+		{"preempted, SIGKILLed at the deadline", 137, true, "RestartJobSetAndIgnoreMaxRestarts"},
+		{"preempted, with a configuration error", 2, true, "RestartJobSetAndIgnoreMaxRestarts"},
+		{"bad flag", 2, false, "FailJobSet"},
+		{"not executable", 126, false, "FailJobSet"},
+		{"not found", 127, false, "FailJobSet"},
+		{"crash", 1, false, "RestartJobSet"},
+		{"OOM kill", 137, false, "RestartJobSet"},
+		{"exit 12", 12, false, "RestartJobSet"},
+	} {
+		f, ok := childJobFailure(job, trainer.c.Name, c.exit, c.disrupted)
+		if !ok {
+			r.Errorf("%s (exit %d, disrupted %v): the child Job does not fail, so JobSet never restarts the gang; the Job retries that pod alone", c.name, c.exit, c.disrupted)
+			continue
+		}
+		if got := action(f); got != c.want {
+			r.Errorf("%s (exit %d, disrupted %v): JobSet's action is %s on %s %q, want %s", c.name, c.exit, c.disrupted, got, f.reason, f.message, c.want)
+		}
+	}
+	if v, ok := trainer.value("preempt-exit-code"); ok && v != "143" {
+		r.Errorf("the trainer sets --preempt-exit-code %s; the failure policy restarts on 143", v)
+	}
+}
+
+// completionIndexField is the downward API field of an Indexed Job pod's
+// index.
+const completionIndexField = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+
+func envVarNamed(c *corev1.Container, name string) *corev1.EnvVar {
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			return &c.Env[i]
+		}
+	}
+	return nil
+}
+
 // TestJobSetManifest applies deploy/jobset to a real kube-apiserver that
 // has JobSet's own CRD (from the sigs.k8s.io/jobset module at
 // jobsetVersion) with strict field validation, runs the plain Job's
-// checks on its pod template, and checks what the gang does when a pod
-// ends, by the rules JobSet's controller applies to the messages
-// Kubernetes' Job controller writes: a preemption (exit 143 or
+// checks on its pod template and checkJobSet: a preemption (exit 143 or
 // DisruptionTarget) restarts the gang without counting, a configuration
 // error (exit 2, 126, 127) fails it at once, anything else restarts it
-// and counts. It runs the real lifeboat binary with rank 1's environment.
+// and counts. It runs the real lifeboat binary with each pod's
+// environment to see the rank and world size it hands the trainer.
 func TestJobSetManifest(t *testing.T) {
-	file := filepath.Join("jobset", "jobset.yaml")
-	var js jobSet
-	obj := readOne(t, file, &js)
-	if obj["apiVersion"] != "jobset.x-k8s.io/v1alpha2" || obj["kind"] != "JobSet" {
-		t.Fatalf("%s: %v %v, want jobset.x-k8s.io/v1alpha2 JobSet", file, obj["apiVersion"], obj["kind"])
-	}
+	g, obj := loadJobSet(t, readFile(t, filepath.Join("jobset", "jobset.yaml")))
 
 	t.Run("CRD", func(t *testing.T) {
 		api := testenv.StartKubeAPI(t, testenv.RequireKubeBinaries(t))
@@ -276,136 +431,152 @@ func TestJobSetManifest(t *testing.T) {
 			return pt["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
 		})
 	})
-
-	if len(js.Spec.ReplicatedJobs) != 1 || js.Spec.ReplicatedJobs[0].Replicas != 1 {
-		t.Fatalf("%s: want one replicatedJob of one Indexed Job whose completion index is the rank", file)
-	}
-	rj := js.Spec.ReplicatedJobs[0]
-	job := &rj.Template.Spec
-	p := gangPod(t, file, job.Template)
-	trainer := p.runProcs[0]
-
-	t.Run("one pod per rank", func(t *testing.T) {
-		if job.CompletionMode == nil || *job.CompletionMode != batchv1.IndexedCompletion {
-			t.Errorf("completionMode is not Indexed: the pods have no index to take as their rank")
+	t.Run("pod template", func(t *testing.T) { runGangJobChecks(t, g.pod) })
+	t.Run("gang and failure policy", func(t *testing.T) { checkJobSet(t, g) })
+	t.Run("rank of each pod", func(t *testing.T) {
+		if g.job.Completions == nil {
+			t.Fatal("no completions")
 		}
-		if job.Parallelism == nil || job.Completions == nil || *job.Parallelism != *job.Completions {
-			t.Fatalf("parallelism and completions must be set and equal: every rank runs at once")
-		}
-		n := strconv.Itoa(int(*job.Completions))
-		if v := trainer.env["WORLD_SIZE"]; v != n {
-			t.Errorf("WORLD_SIZE is %q, want the Job's %s pods", v, n)
-		}
-		if v, ok := trainer.value("world-size"); ok && v != n {
-			t.Errorf("LIFEBOAT_WORLD_SIZE is %q, want the Job's %s pods", v, n)
-		}
-		for i := range *job.Completions {
-			fields := map[string]string{"metadata.annotations['batch.kubernetes.io/job-completion-index']": strconv.Itoa(int(i))}
-			got := runAsPod(t, trainer.c, fields, []string{"JOB_COMPLETION_INDEX=" + strconv.Itoa(int(i))})
-			if want := fmt.Sprintf("rank=%d world=%s", i, n); got != want {
+		for i := range *g.job.Completions {
+			idx := strconv.Itoa(int(i))
+			got := runAsPod(t, g.trainer.c, map[string]string{completionIndexField: idx}, []string{"JOB_COMPLETION_INDEX=" + idx})
+			if want := fmt.Sprintf("rank=%d world=%d", i, *g.job.Completions); got != want {
 				t.Errorf("pod of index %d: lifeboat gave the trainer %q, want %q", i, got, want)
 			}
 		}
 	})
+}
 
-	t.Run("coordinator", func(t *testing.T) {
-		net := js.Spec.Network
-		if net == nil || net.EnableDNSHostnames == nil || !*net.EnableDNSHostnames {
-			t.Fatal("network.enableDNSHostnames is not true: the pods have no host names to reach rank 0 by")
-		}
-		sub := net.Subdomain
-		if sub == "" {
-			sub = js.Metadata.Name
-		}
-		// JobSet's pod host names: <jobset>-<replicatedJob>-<job index>-<pod index>.<subdomain>.
-		if want := fmt.Sprintf("%s-%s-0-0.%s", js.Metadata.Name, rj.Name, sub); trainer.env["MASTER_ADDR"] != want {
-			t.Errorf("MASTER_ADDR is %q, want rank 0's host name %q", trainer.env["MASTER_ADDR"], want)
-		}
-		port, _ := strconv.Atoi(trainer.env["MASTER_PORT"])
-		if !slices.ContainsFunc(trainer.c.Ports, func(cp corev1.ContainerPort) bool { return int(cp.ContainerPort) == port }) {
-			t.Errorf("MASTER_PORT %q is no containerPort of %s", trainer.env["MASTER_PORT"], trainer.c.Name)
-		}
-	})
+// volcanoGang is deploy/volcano's Job with its task's pod template resolved.
+type volcanoGang struct {
+	vj      *volcanoJob
+	pod     *pod
+	trainer *lifeboatProc
+}
 
-	t.Run("failure policy", func(t *testing.T) {
-		fp := js.Spec.FailurePolicy
-		if fp == nil {
-			t.Fatal("no failurePolicy: the first failed pod fails the whole JobSet, a preemption too")
+func loadVolcano(t *testing.T, text string) (*volcanoGang, map[string]any) {
+	t.Helper()
+	vj := &volcanoJob{}
+	obj := readOne(t, text, vj)
+	if obj["apiVersion"] != "batch.volcano.sh/v1alpha1" || obj["kind"] != "Job" {
+		t.Fatalf("%v %v, want batch.volcano.sh/v1alpha1 Job", obj["apiVersion"], obj["kind"])
+	}
+	if len(vj.Spec.Tasks) != 1 {
+		t.Fatalf("%d tasks, want one: VC_TASK_INDEX is the rank only in a job of one task", len(vj.Spec.Tasks))
+	}
+	p, err := newPod(&batchv1.Job{Spec: batchv1.JobSpec{Template: vj.Spec.Tasks[0].Template}}, loadManifests(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.runProcs) != 1 {
+		t.Fatalf("%d containers run `lifeboat run`, want exactly one, the trainer", len(p.runProcs))
+	}
+	return &volcanoGang{vj: vj, pod: p, trainer: p.runProcs[0]}, obj
+}
+
+// checkVolcano checks the gang's scheduling, ranks and coordinator, and
+// its policies as Volcano's job controller (v1.10,
+// pkg/controllers/job/job_controller_util.go, applyPolicies) applies
+// them: the task's policies, then the job's; the first whose event, or
+// exit code of the pod's first container, matches decides; none: nothing
+// happens (SyncJob).
+func checkVolcano(r reporter, g *volcanoGang) {
+	vj, trainer := g.vj, g.trainer
+	task := vj.Spec.Tasks[0]
+	n := strconv.Itoa(int(task.Replicas))
+	if vj.Spec.SchedulerName != "volcano" {
+		r.Errorf("schedulerName is %q: only Volcano's scheduler places the gang together", vj.Spec.SchedulerName)
+	}
+	if vj.Spec.MinAvailable != task.Replicas {
+		r.Errorf("minAvailable %d, want the %d ranks: a partial gang would block in its first collective, and a restart would start before every old pod's final upload", vj.Spec.MinAvailable, task.Replicas)
+	}
+	if _, ok := vj.Spec.Plugins["env"]; !ok {
+		r.Errorf("no env plugin: the pods get no VC_TASK_INDEX to take as their rank")
+	}
+	if _, ok := vj.Spec.Plugins["svc"]; !ok {
+		r.Errorf("no svc plugin: the pods have no host names to reach rank 0 by")
+	}
+	if vj.Spec.PriorityClassName != g.pod.spec.PriorityClassName {
+		r.Errorf("the job's priorityClassName (its PodGroup's) is %q, its pods' %q: Volcano and the kube-scheduler would rank the gang differently",
+			vj.Spec.PriorityClassName, g.pod.spec.PriorityClassName)
+	}
+	if v, _ := trainer.value("world-size"); v != n {
+		r.Errorf("LIFEBOAT_WORLD_SIZE is %q, want the task's %s replicas", v, n)
+	}
+
+	// paddle.distributed.launch: the same rank (not one assigned by
+	// arrival), the same number of nodes, rank 0's host as master.
+	if !slices.Contains(trainer.trainer, "paddle.distributed.launch") {
+		r.Errorf("the trainer command %q does not run paddle.distributed.launch", trainer.trainer)
+	}
+	launch := map[string]string{}
+	for i, a := range trainer.trainer {
+		if strings.HasPrefix(a, "--") && i+1 < len(trainer.trainer) {
+			launch[a] = trainer.trainer[i+1]
 		}
-		if fp.RestartStrategy != "BlockingRecreate" {
-			t.Errorf("restartStrategy is %q, want BlockingRecreate: a new rank could restore before an old rank's final upload is committed", fp.RestartStrategy)
-		}
-		if job.PodReplacementPolicy != nil && *job.PodReplacementPolicy != batchv1.Failed {
-			t.Errorf("podReplacementPolicy %q: a replacement pod could start while the old one uploads", *job.PodReplacementPolicy)
-		}
-		action := func(f jobFailure) string {
-			for _, r := range fp.Rules {
-				if len(r.TargetReplicatedJobs) > 0 && !slices.Contains(r.TargetReplicatedJobs, rj.Name) {
-					continue
+	}
+	if launch["--rank"] != "$(VC_TASK_INDEX)" {
+		r.Errorf("paddle.distributed.launch --rank is %q, want $(VC_TASK_INDEX), lifeboat's rank", launch["--rank"])
+	}
+	if launch["--nnodes"] != n {
+		r.Errorf("paddle.distributed.launch --nnodes is %q, want the task's %s replicas", launch["--nnodes"], n)
+	}
+	if want := fmt.Sprintf("%s-%s-0.%s:", vj.Metadata.Name, task.Name, vj.Metadata.Name); !strings.HasPrefix(launch["--master"], want) {
+		r.Errorf("paddle.distributed.launch --master is %q, want rank 0's host name and a port, %s<port>", launch["--master"], want)
+	}
+
+	if task.Template.Spec.Containers[0].Name != trainer.c.Name {
+		r.Errorf("the first container is %q: Volcano's exit code policies read only the first container's code, and lifeboat runs in %q",
+			task.Template.Spec.Containers[0].Name, trainer.c.Name)
+	}
+	action := func(event string, exit int32) string {
+		for _, ps := range [][]volcanoPolicy{task.Policies, vj.Spec.Policies} {
+			for _, pol := range ps {
+				events := pol.Events
+				if pol.Event != "" {
+					events = append(events, pol.Event)
 				}
-				if len(r.OnJobFailureReasons) > 0 && !slices.Contains(r.OnJobFailureReasons, f.reason) {
-					continue
+				if len(events) > 0 && (slices.Contains(events, event) || slices.Contains(events, "*")) {
+					return pol.Action
 				}
-				match := len(r.OnJobFailureMessagePatterns) == 0
-				for _, pat := range r.OnJobFailureMessagePatterns {
-					re, err := regexp.Compile(pat)
-					if err != nil {
-						t.Fatalf("rule %s: pattern %q: %v", r.Name, pat, err)
-					}
-					match = match || re.MatchString(f.message)
-				}
-				if match {
-					return r.Action
+				if pol.ExitCode != nil && event == "PodFailed" && *pol.ExitCode == exit {
+					return pol.Action
 				}
 			}
-			return "RestartJobSet" // JobSet's default when no rule matches
 		}
-		for _, c := range []struct {
-			name      string
-			exit      int32
-			disrupted bool
-			want      string
-		}{
-			{"lifeboat's preemption exit", 143, false, "RestartJobSetAndIgnoreMaxRestarts"},
-			{"preempted, lifeboat's exit", 143, true, "RestartJobSetAndIgnoreMaxRestarts"},
-			{"preempted, SIGKILLed at the deadline", 137, true, "RestartJobSetAndIgnoreMaxRestarts"},
-			{"preempted, with a configuration error", 2, true, "RestartJobSetAndIgnoreMaxRestarts"},
-			{"bad flag", 2, false, "FailJobSet"},
-			{"not executable", 126, false, "FailJobSet"},
-			{"not found", 127, false, "FailJobSet"},
-			{"crash", 1, false, "RestartJobSet"},
-			{"OOM kill", 137, false, "RestartJobSet"},
-			{"exit 12", 12, false, "RestartJobSet"},
-		} {
-			f, ok := childJobFailure(job, trainer.c.Name, c.exit, c.disrupted)
-			if !ok {
-				t.Errorf("%s (exit %d, disrupted %v): the child Job does not fail, so JobSet restarts only that pod, not the gang", c.name, c.exit, c.disrupted)
-				continue
-			}
-			if got := action(f); got != c.want {
-				t.Errorf("%s (exit %d, disrupted %v): JobSet's action is %s on %s %q, want %s", c.name, c.exit, c.disrupted, got, f.reason, f.message, c.want)
-			}
+		return "SyncJob"
+	}
+	for _, c := range []struct {
+		name, event string
+		exit        int32
+		want        string
+	}{
+		{"preempted: the pod is deleted", "PodEvicted", 0, "RestartJob"},
+		{"lifeboat's preemption exit", "PodFailed", 143, "RestartJob"},
+		{"bad flag", "PodFailed", 2, "TerminateJob"},
+		{"not executable", "PodFailed", 126, "TerminateJob"},
+		{"not found", "PodFailed", 127, "TerminateJob"},
+	} {
+		if got := action(c.event, c.exit); got != c.want {
+			r.Errorf("%s (%s, exit %d): Volcano's action is %s, want %s", c.name, c.event, c.exit, got, c.want)
 		}
-		if v, ok := trainer.value("preempt-exit-code"); ok && v != "143" {
-			t.Errorf("the trainer sets --preempt-exit-code %s; the failure policy restarts on 143", v)
-		}
-	})
+	}
+	if task.Template.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		r.Errorf("restartPolicy %q: the kubelet would restart the container in place and Volcano would never see the exit code", task.Template.Spec.RestartPolicy)
+	}
+	if vj.Spec.MaxRetry < 2 {
+		r.Errorf("maxRetry %d: every restart counts against it in Volcano, preemptions too", vj.Spec.MaxRetry)
+	}
 }
 
 // TestVolcanoManifest applies deploy/volcano to a real kube-apiserver that
 // has Volcano's own Job CRD (from the volcano.sh/volcano module at
 // volcanoVersion) with strict field validation, runs the plain Job's
-// checks on its task's pod template, and checks the gang's policies as
-// Volcano's job controller applies them (the first matching policy, by
-// event or by the exit code of the pod's first container) and the rank
-// the real lifeboat binary takes from VC_TASK_INDEX.
+// checks on its task's pod template and checkVolcano, and runs the real
+// lifeboat binary with each pod's VC_TASK_INDEX to see the rank and world
+// size it hands the trainer.
 func TestVolcanoManifest(t *testing.T) {
-	file := filepath.Join("volcano", "volcano.yaml")
-	var vj volcanoJob
-	obj := readOne(t, file, &vj)
-	if obj["apiVersion"] != "batch.volcano.sh/v1alpha1" || obj["kind"] != "Job" {
-		t.Fatalf("%s: %v %v, want batch.volcano.sh/v1alpha1 Job", file, obj["apiVersion"], obj["kind"])
-	}
+	g, obj := loadVolcano(t, readFile(t, filepath.Join("volcano", "volcano.yaml")))
 
 	t.Run("CRD", func(t *testing.T) {
 		api := testenv.StartKubeAPI(t, testenv.RequireKubeBinaries(t))
@@ -417,111 +588,70 @@ func TestVolcanoManifest(t *testing.T) {
 			return task["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
 		})
 	})
-
-	if len(vj.Spec.Tasks) != 1 {
-		t.Fatalf("%s: %d tasks, want one: VC_TASK_INDEX is the rank only in a job of one task", file, len(vj.Spec.Tasks))
-	}
-	task := vj.Spec.Tasks[0]
-	p := gangPod(t, file, task.Template)
-	trainer := p.runProcs[0]
-	n := strconv.Itoa(int(task.Replicas))
-
-	t.Run("gang", func(t *testing.T) {
-		if vj.Spec.SchedulerName != "volcano" {
-			t.Errorf("schedulerName is %q: only Volcano's scheduler places the gang together", vj.Spec.SchedulerName)
-		}
-		if vj.Spec.MinAvailable != task.Replicas {
-			t.Errorf("minAvailable %d, want the %d ranks: a partial gang would block in its first collective, and a restart would start before every old pod's final upload", vj.Spec.MinAvailable, task.Replicas)
-		}
-		if _, ok := vj.Spec.Plugins["env"]; !ok {
-			t.Error("no env plugin: the pods get no VC_TASK_INDEX to take as their rank")
-		}
-		if _, ok := vj.Spec.Plugins["svc"]; !ok {
-			t.Error("no svc plugin: the pods have no host names to reach rank 0 by")
-		}
-		if vj.Spec.PriorityClassName != p.spec.PriorityClassName {
-			t.Errorf("the job's priorityClassName (its PodGroup's) is %q, its pods' %q: Volcano and the kube-scheduler would rank the gang differently",
-				vj.Spec.PriorityClassName, p.spec.PriorityClassName)
-		}
-	})
-
-	t.Run("rank", func(t *testing.T) {
-		if v, _ := trainer.value("world-size"); v != n {
-			t.Errorf("LIFEBOAT_WORLD_SIZE is %q, want the task's %s replicas", v, n)
-		}
-		for i := range task.Replicas {
-			got := runAsPod(t, trainer.c, nil, []string{"VC_TASK_INDEX=" + strconv.Itoa(int(i)), "VK_TASK_INDEX=" + strconv.Itoa(int(i))})
-			if want := fmt.Sprintf("rank=%d world=%s", i, n); got != want {
+	t.Run("pod template", func(t *testing.T) { runGangJobChecks(t, g.pod) })
+	t.Run("gang and policies", func(t *testing.T) { checkVolcano(t, g) })
+	t.Run("rank of each pod", func(t *testing.T) {
+		replicas := g.vj.Spec.Tasks[0].Replicas
+		for i := range replicas {
+			idx := strconv.Itoa(int(i))
+			got := runAsPod(t, g.trainer.c, nil, []string{"VC_TASK_INDEX=" + idx, "VK_TASK_INDEX=" + idx})
+			if want := fmt.Sprintf("rank=%d world=%d", i, replicas); got != want {
 				t.Errorf("pod of index %d: lifeboat gave the trainer %q, want %q", i, got, want)
 			}
 		}
-		// paddle.distributed.launch: the same rank (not one assigned by
-		// arrival), the same number of nodes, rank 0's host as master.
-		if !slices.Contains(trainer.trainer, "paddle.distributed.launch") {
-			t.Fatalf("the trainer command %q does not run paddle.distributed.launch", trainer.trainer)
-		}
-		launch := map[string]string{}
-		for i, a := range trainer.trainer {
-			if strings.HasPrefix(a, "--") && i+1 < len(trainer.trainer) {
-				launch[a] = trainer.trainer[i+1]
-			}
-		}
-		if launch["--rank"] != "$(VC_TASK_INDEX)" {
-			t.Errorf("paddle.distributed.launch --rank is %q, want $(VC_TASK_INDEX), lifeboat's rank", launch["--rank"])
-		}
-		if launch["--nnodes"] != n {
-			t.Errorf("paddle.distributed.launch --nnodes is %q, want the task's %s replicas", launch["--nnodes"], n)
-		}
-		if want := fmt.Sprintf("%s-%s-0.%s:", vj.Metadata.Name, task.Name, vj.Metadata.Name); !strings.HasPrefix(launch["--master"], want) {
-			t.Errorf("paddle.distributed.launch --master is %q, want rank 0's host name and a port, %s<port>", launch["--master"], want)
-		}
 	})
+}
 
-	t.Run("policies", func(t *testing.T) {
-		if task.Template.Spec.Containers[0].Name != trainer.c.Name {
-			t.Errorf("the first container is %q: Volcano's exit code policies read only the first container's code, and lifeboat runs in %q",
-				task.Template.Spec.Containers[0].Name, trainer.c.Name)
-		}
-		// Volcano v1.10 (pkg/controllers/job/job_controller_util.go,
-		// applyPolicies): the task's policies, then the job's; the first
-		// whose event or exit code matches decides; none: nothing happens.
-		action := func(event string, exit int32) string {
-			for _, ps := range [][]volcanoPolicy{task.Policies, vj.Spec.Policies} {
-				for _, pol := range ps {
-					events := pol.Events
-					if pol.Event != "" {
-						events = append(events, pol.Event)
-					}
-					if len(events) > 0 && (slices.Contains(events, event) || slices.Contains(events, "*")) {
-						return pol.Action
-					}
-					if pol.ExitCode != nil && event == "PodFailed" && *pol.ExitCode == exit {
-						return pol.Action
-					}
-				}
+// TestGangChecksCatch breaks the shipped JobSet and Volcano Job in the ways
+// checkJobSet and checkVolcano exist for and expects each to be reported.
+func TestGangChecksCatch(t *testing.T) {
+	jobsetText := readFile(t, filepath.Join("jobset", "jobset.yaml"))
+	volcanoText := readFile(t, filepath.Join("volcano", "volcano.yaml"))
+	for _, c := range []struct {
+		name, file, old, new, want string
+	}{
+		{"preemption counted", "jobset", "action: RestartJobSetAndIgnoreMaxRestarts", "action: RestartJobSet", "lifeboat's preemption exit (exit 143, disrupted false): JobSet's action is RestartJobSet"},
+		{"143 retried by the Job alone", "jobset", "- action: FailJob\n                onExitCodes:\n                  containerName: trainer\n                  operator: In\n                  values: [143]",
+			"- action: Ignore\n                onExitCodes:\n                  containerName: trainer\n                  operator: In\n                  values: [143]", "the child Job does not fail"},
+		{"configuration error ahead of a disruption", "jobset", "values: [143]", "values: [2, 126, 127]", "preempted, with a configuration error (exit 2, disrupted true): JobSet's action is FailJobSet"},
+		{"config error restarted", "jobset", `"failed with exit code (2|126|127) matching FailJob rule"`, `"failed with exit code (126|127) matching FailJob rule"`, "bad flag (exit 2, disrupted false): JobSet's action is RestartJobSet"},
+		{"Recreate", "jobset", "restartStrategy: BlockingRecreate", "restartStrategy: Recreate", "want BlockingRecreate"},
+		{"world size", "jobset", "name: WORLD_SIZE\n                      value: \"2\"", "name: WORLD_SIZE\n                      value: \"3\"", `WORLD_SIZE is "3"`},
+		{"coordinator", "jobset", "value: train-gang-node-0-0.train-gang", "value: train-gang-0.train-gang", "MASTER_ADDR"},
+		{"rank", "jobset", "metadata.annotations['batch.kubernetes.io/job-completion-index']", "metadata.name", "RANK does not come from"},
+		{"partial gang", "volcano", "minAvailable: 2", "minAvailable: 1", "minAvailable 1"},
+		{"no env plugin", "volcano", "    env: []\n", "", "no env plugin"},
+		{"143 not restarted", "volcano", "exitCode: 143", "exitCode: 142", "lifeboat's preemption exit (PodFailed, exit 143): Volcano's action is SyncJob"},
+		{"bad flag restarted", "volcano", "- exitCode: 2\n      action: TerminateJob", "- exitCode: 2\n      action: RestartJob", "bad flag (PodFailed, exit 2): Volcano's action is RestartJob"},
+		{"launcher's own rank", "volcano", `"--rank", "$(VC_TASK_INDEX)", `, "", "--rank is \"\""},
+		{"eviction not restarted", "volcano", "event: PodEvicted", "event: PodFailed", "preempted: the pod is deleted (PodEvicted, exit 0): Volcano's action is SyncJob"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			text := map[string]string{"jobset": jobsetText, "volcano": volcanoText}[c.file]
+			if !strings.Contains(text, c.old) {
+				t.Fatalf("%s.yaml has no %q to break", c.file, c.old)
 			}
-			return "SyncJob"
-		}
-		for _, c := range []struct {
-			name, event string
-			exit        int32
-			want        string
-		}{
-			{"preempted: the pod is deleted", "PodEvicted", 0, "RestartJob"},
-			{"lifeboat's preemption exit", "PodFailed", 143, "RestartJob"},
-			{"bad flag", "PodFailed", 2, "TerminateJob"},
-			{"not executable", "PodFailed", 126, "TerminateJob"},
-			{"not found", "PodFailed", 127, "TerminateJob"},
-		} {
-			if got := action(c.event, c.exit); got != c.want {
-				t.Errorf("%s (%s, exit %d): Volcano's action is %s, want %s", c.name, c.event, c.exit, got, c.want)
+			text = strings.Replace(text, c.old, c.new, 1)
+			var got findings
+			if c.file == "jobset" {
+				g, _ := loadJobSet(t, text)
+				checkJobSet(&got, g)
+			} else {
+				g, _ := loadVolcano(t, text)
+				checkVolcano(&got, g)
 			}
-		}
-		if task.Template.Spec.RestartPolicy != corev1.RestartPolicyNever {
-			t.Errorf("restartPolicy %q: the kubelet would restart the container in place and Volcano would never see the exit code", task.Template.Spec.RestartPolicy)
-		}
-		if vj.Spec.MaxRetry < 2 {
-			t.Errorf("maxRetry %d: every restart counts against it in Volcano, preemptions too", vj.Spec.MaxRetry)
-		}
-	})
+			if !slices.ContainsFunc(got, func(f string) bool { return strings.Contains(f, c.want) }) {
+				t.Errorf("no finding contains %q; found:\n%s", c.want, strings.Join(got, "\n"))
+			}
+		})
+	}
+	// The shipped files have no findings.
+	var got findings
+	g, _ := loadJobSet(t, jobsetText)
+	checkJobSet(&got, g)
+	v, _ := loadVolcano(t, volcanoText)
+	checkVolcano(&got, v)
+	if len(got) > 0 {
+		t.Errorf("the shipped manifests: %s", strings.Join(got, "; "))
+	}
 }
