@@ -409,28 +409,16 @@ func envVarNamed(c *corev1.Container, name string) *corev1.EnvVar {
 	return nil
 }
 
-// TestJobSetManifest applies deploy/jobset to a real kube-apiserver that
-// has JobSet's own CRD (from the sigs.k8s.io/jobset module at
-// jobsetVersion) with strict field validation, runs the plain Job's
-// checks on its pod template and checkJobSet: a preemption (exit 143 or
-// DisruptionTarget) restarts the gang without counting, a configuration
-// error (exit 2, 126, 127) fails it at once, anything else restarts it
-// and counts. It runs the real lifeboat binary with each pod's
-// environment to see the rank and world size it hands the trainer.
+// TestJobSetManifest runs the plain Job's checks on deploy/jobset's pod
+// template and checkJobSet: a preemption (exit 143 or DisruptionTarget)
+// restarts the gang without counting, a configuration error (exit 2, 126,
+// 127) fails it at once, anything else restarts it and counts. It runs the
+// real lifeboat binary with each pod's environment to see the rank and
+// world size it hands the trainer. TestEngineCRDs applies the file to
+// JobSet's own CRD.
 func TestJobSetManifest(t *testing.T) {
-	g, obj := loadJobSet(t, readFile(t, filepath.Join("jobset", "jobset.yaml")))
+	g, _ := loadJobSet(t, readFile(t, filepath.Join("jobset", "jobset.yaml")))
 
-	t.Run("CRD", func(t *testing.T) {
-		api := testenv.StartKubeAPI(t, testenv.RequireKubeBinaries(t))
-		installCRD(t, api, filepath.Join(moduleDir(t, "sigs.k8s.io/jobset", jobsetVersion), "config", "components", "crd", "bases", "jobset.x-k8s.io_jobsets.yaml"), "JobSet")
-		path := "/apis/jobset.x-k8s.io/v1alpha2/namespaces/" + api.Namespace + "/jobsets"
-		applyStrict(t, api, path, obj)
-		refusesUnknownField(t, api, path, obj, func(o map[string]any) map[string]any {
-			rj := o["spec"].(map[string]any)["replicatedJobs"].([]any)[0].(map[string]any)
-			pt := rj["template"].(map[string]any)["spec"].(map[string]any)["template"].(map[string]any)
-			return pt["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
-		})
-	})
 	t.Run("pod template", func(t *testing.T) { runGangJobChecks(t, g.pod) })
 	t.Run("gang and failure policy", func(t *testing.T) { checkJobSet(t, g) })
 	t.Run("rank of each pod", func(t *testing.T) {
@@ -569,25 +557,13 @@ func checkVolcano(r reporter, g *volcanoGang) {
 	}
 }
 
-// TestVolcanoManifest applies deploy/volcano to a real kube-apiserver that
-// has Volcano's own Job CRD (from the volcano.sh/volcano module at
-// volcanoVersion) with strict field validation, runs the plain Job's
-// checks on its task's pod template and checkVolcano, and runs the real
-// lifeboat binary with each pod's VC_TASK_INDEX to see the rank and world
-// size it hands the trainer.
+// TestVolcanoManifest runs the plain Job's checks on deploy/volcano's task
+// template and checkVolcano, and runs the real lifeboat binary with each
+// pod's VC_TASK_INDEX to see the rank and world size it hands the trainer.
+// TestEngineCRDs applies the file to Volcano's own Job CRD.
 func TestVolcanoManifest(t *testing.T) {
-	g, obj := loadVolcano(t, readFile(t, filepath.Join("volcano", "volcano.yaml")))
+	g, _ := loadVolcano(t, readFile(t, filepath.Join("volcano", "volcano.yaml")))
 
-	t.Run("CRD", func(t *testing.T) {
-		api := testenv.StartKubeAPI(t, testenv.RequireKubeBinaries(t))
-		installCRD(t, api, filepath.Join(moduleDir(t, "volcano.sh/volcano", volcanoVersion), "config", "crd", "volcano", "bases", "batch.volcano.sh_jobs.yaml"), "Volcano Job")
-		path := "/apis/batch.volcano.sh/v1alpha1/namespaces/" + api.Namespace + "/jobs"
-		applyStrict(t, api, path, obj)
-		refusesUnknownField(t, api, path, obj, func(o map[string]any) map[string]any {
-			task := o["spec"].(map[string]any)["tasks"].([]any)[0].(map[string]any)
-			return task["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
-		})
-	})
 	t.Run("pod template", func(t *testing.T) { runGangJobChecks(t, g.pod) })
 	t.Run("gang and policies", func(t *testing.T) { checkVolcano(t, g) })
 	t.Run("rank of each pod", func(t *testing.T) {
@@ -654,4 +630,39 @@ func TestGangChecksCatch(t *testing.T) {
 	if len(got) > 0 {
 		t.Errorf("the shipped manifests: %s", strings.Join(got, "; "))
 	}
+}
+
+// TestEngineCRDs applies the manifests written for other engines' custom
+// resources to one real kube-apiserver holding those engines' own CRDs,
+// each from the engine's Go module at a pinned release, with strict field
+// validation: an unknown or misspelt field, a wrong type or a value the
+// CRD's schema refuses fails the test. One server for all: starting it is
+// most of the time.
+func TestEngineCRDs(t *testing.T) {
+	api := testenv.StartKubeAPI(t, testenv.RequireKubeBinaries(t))
+	t.Run("kueue", func(t *testing.T) { kueueManifests(t, api) })
+	t.Run("jobset", func(t *testing.T) {
+		// From the sigs.k8s.io/jobset module at jobsetVersion; the CRD
+		// validates the pod template too (refusesUnknownField).
+		_, obj := loadJobSet(t, readFile(t, filepath.Join("jobset", "jobset.yaml")))
+		installCRD(t, api, filepath.Join(moduleDir(t, "sigs.k8s.io/jobset", jobsetVersion), "config", "components", "crd", "bases", "jobset.x-k8s.io_jobsets.yaml"), "JobSet")
+		path := "/apis/jobset.x-k8s.io/v1alpha2/namespaces/" + api.Namespace + "/jobsets"
+		applyStrict(t, api, path, obj)
+		refusesUnknownField(t, api, path, obj, func(o map[string]any) map[string]any {
+			rj := o["spec"].(map[string]any)["replicatedJobs"].([]any)[0].(map[string]any)
+			pt := rj["template"].(map[string]any)["spec"].(map[string]any)["template"].(map[string]any)
+			return pt["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+		})
+	})
+	t.Run("volcano", func(t *testing.T) {
+		// From the volcano.sh/volcano module at volcanoVersion.
+		_, obj := loadVolcano(t, readFile(t, filepath.Join("volcano", "volcano.yaml")))
+		installCRD(t, api, filepath.Join(moduleDir(t, "volcano.sh/volcano", volcanoVersion), "config", "crd", "volcano", "bases", "batch.volcano.sh_jobs.yaml"), "Volcano Job")
+		path := "/apis/batch.volcano.sh/v1alpha1/namespaces/" + api.Namespace + "/jobs"
+		applyStrict(t, api, path, obj)
+		refusesUnknownField(t, api, path, obj, func(o map[string]any) map[string]any {
+			task := o["spec"].(map[string]any)["tasks"].([]any)[0].(map[string]any)
+			return task["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+		})
+	})
 }

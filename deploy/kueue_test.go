@@ -30,13 +30,12 @@ var kueueKinds = map[string]struct {
 	"WorkloadPriorityClass": {"workloadpriorityclasses", false},
 }
 
-// TestKueueManifests applies deploy/kueue to a real kube-apiserver that has
-// Kueue's own CRDs (from the sigs.k8s.io/kueue module at kueueVersion),
+// kueueManifests applies deploy/kueue to api after installing Kueue's own
+// CRDs (from the sigs.k8s.io/kueue module at kueueVersion),
 // with strict field validation: an unknown or misspelt field, a wrong type
 // or a value the CRD's schema refuses fails the test. It also checks that
 // the WorkloadPriorityClasses are the PriorityClass tiers of deploy/k8s.
-func TestKueueManifests(t *testing.T) {
-	api := testenv.StartKubeAPI(t, testenv.RequireKubeBinaries(t))
+func kueueManifests(t *testing.T, api *testenv.KubeAPI) {
 	crds := kueueCRDs(t)
 	for kind, k := range kueueKinds {
 		installCRD(t, api, filepath.Join(crds, "kueue.x-k8s.io_"+k.resource+".yaml"), kind)
