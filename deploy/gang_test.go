@@ -166,10 +166,10 @@ func runGangJobChecks(t *testing.T, p *pod) {
 }
 
 // runAsPod runs the real lifeboat binary with the trainer container's
-// environment as a pod of index idx would have it (fieldRefs resolved as
-// the kubelet does, from fields), a store in a directory and a trainer
-// that prints the rank and world size lifeboat hands it, and returns
-// that line.
+// environment as one pod has it (fieldRefs resolved from fields, as the
+// kubelet does, and extra: what the engine adds), a store in a directory
+// and a trainer that prints the rank and world size lifeboat hands it,
+// and returns that line.
 func runAsPod(t *testing.T, c *corev1.Container, fields map[string]string, extra []string) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -215,6 +215,7 @@ type jobFailure struct{ reason, message string }
 // at once.
 func childJobFailure(job *batchv1.JobSpec, container string, exit int32, disrupted bool) (f jobFailure, ok bool) {
 	if pfp := job.PodFailurePolicy; pfp != nil {
+	rules:
 		for i, r := range pfp.Rules {
 			var msg string
 			if ec := r.OnExitCodes; ec != nil && exit != 0 && (ec.ContainerName == nil || *ec.ContainerName == container) &&
@@ -235,7 +236,7 @@ func childJobFailure(job *batchv1.JobSpec, container string, exit int32, disrupt
 			case batchv1.PodFailurePolicyActionIgnore:
 				return jobFailure{}, false
 			}
-			break // Count: as if no rule matched
+			break rules // Count: the first matching rule decides; backoffLimit counts it
 		}
 	}
 	if job.BackoffLimit != nil && *job.BackoffLimit == 0 {
