@@ -13,6 +13,13 @@
 //   - deploy/kueue/*.yaml are applied to a real kube-apiserver with Kueue's
 //     own CRDs and strict field validation, and its WorkloadPriorityClasses
 //     are checked against deploy/k8s's PriorityClasses.
+//   - deploy/jobset/jobset.yaml and deploy/volcano/volcano.yaml are applied
+//     to a real kube-apiserver with the engine's own CRD (from its Go
+//     module) and strict field validation; their pod templates get the
+//     Job checks above that are not about a plain Job's podFailurePolicy;
+//     the engine's failure policy is evaluated, as its controller does, for
+//     each exit code and disruption; and the lifeboat binary is run with
+//     each pod index's environment to check the rank it takes.
 //   - images/*/Dockerfile and the root Dockerfile are parsed strictly: the
 //     ENTRYPOINT and CMD exec-form JSON arrays, the build ARGs, the
 //     LIFEBOAT_* defaults and the files copied in.

@@ -323,6 +323,8 @@ var imageFiles = map[string]string{
 	staticImage:            "../Dockerfile",
 	gpuImage:               "../Dockerfile",
 	"lifeboat-example:dev": "../images/example/Dockerfile",
+	// The Paddle image as images/paddle/Dockerfile's comment names it.
+	"my-paddle-lifeboat:2.6": "../images/paddle/Dockerfile",
 }
 
 // imageTargets are the --target stages of the images that are not their

@@ -30,13 +30,12 @@ var kueueKinds = map[string]struct {
 	"WorkloadPriorityClass": {"workloadpriorityclasses", false},
 }
 
-// TestKueueManifests applies deploy/kueue to a real kube-apiserver that has
-// Kueue's own CRDs (from the sigs.k8s.io/kueue module at kueueVersion),
+// kueueManifests applies deploy/kueue to api after installing Kueue's own
+// CRDs (from the sigs.k8s.io/kueue module at kueueVersion),
 // with strict field validation: an unknown or misspelt field, a wrong type
 // or a value the CRD's schema refuses fails the test. It also checks that
 // the WorkloadPriorityClasses are the PriorityClass tiers of deploy/k8s.
-func TestKueueManifests(t *testing.T) {
-	api := testenv.StartKubeAPI(t, testenv.RequireKubeBinaries(t))
+func kueueManifests(t *testing.T, api *testenv.KubeAPI) {
 	crds := kueueCRDs(t)
 	for kind, k := range kueueKinds {
 		installCRD(t, api, filepath.Join(crds, "kueue.x-k8s.io_"+k.resource+".yaml"), kind)
@@ -109,21 +108,27 @@ func kueuePath(api *testenv.KubeAPI, resource string, namespaced bool) string {
 	return "/apis/kueue.x-k8s.io/v1beta2/" + resource
 }
 
-// kueueCRDs returns the directory of Kueue's CRDs in the module cache,
-// downloading the module from the Go module proxy when it is not there.
+// kueueCRDs returns the directory of Kueue's CRDs in the module cache.
 func kueueCRDs(t *testing.T) string {
 	t.Helper()
-	cmd := exec.Command("go", "mod", "download", "-json", "sigs.k8s.io/kueue@"+kueueVersion)
+	return filepath.Join(moduleDir(t, "sigs.k8s.io/kueue", kueueVersion), "config", "components", "crd", "bases")
+}
+
+// moduleDir returns the directory of module at version in the module
+// cache, downloading it from the Go module proxy when it is not there.
+func moduleDir(t *testing.T, module, version string) string {
+	t.Helper()
+	cmd := exec.Command("go", "mod", "download", "-json", module+"@"+version)
 	cmd.Dir = t.TempDir() // outside this module: nothing is added to go.mod
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go mod download sigs.k8s.io/kueue@%s: %v\n%s", kueueVersion, err, out)
+		t.Fatalf("go mod download %s@%s: %v\n%s", module, version, err, out)
 	}
 	var mod struct{ Dir string }
 	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
-		t.Fatalf("go mod download: no module directory in %s (%v)", out, err)
+		t.Fatalf("go mod download %s@%s: no module directory in %s (%v)", module, version, out, err)
 	}
-	return filepath.Join(mod.Dir, "config", "components", "crd", "bases")
+	return mod.Dir
 }
 
 // installCRD creates the CRD in file and waits until it is established.
@@ -131,7 +136,7 @@ func installCRD(t *testing.T, api *testenv.KubeAPI, file, kind string) {
 	t.Helper()
 	b, err := os.ReadFile(file)
 	if err != nil {
-		t.Fatalf("Kueue's CRD for %s: %v", kind, err)
+		t.Fatalf("the CRD for %s: %v", kind, err)
 	}
 	var crd map[string]any
 	if err := yaml.Unmarshal(b, &crd); err != nil {
