@@ -828,7 +828,7 @@ func TestRestartBackoffStop(t *testing.T) {
 			runs, tlog := filepath.Join(dir, "runs"), filepath.Join(dir, "tlog")
 			p := start(t, mode, "run", "--restart", "on-failure", "--max-restarts", "3", "--restart-backoff", "1h",
 				"--termination-log", tlog, "--", "sh", "-c", `echo run >> "$0"; exit 3`, runs)
-			waitStderr(t, p, `"msg":"supervisor.restart"`)
+			waitLog(t, p, `"msg":"supervisor.restart"`)
 			p.signal(syscall.SIGTERM)
 			if code := p.wait(); code != 3 {
 				t.Errorf("exit %d, want the crashed trainer's 3; stderr:\n%s", code, tail(p.stderr.String()))
@@ -846,18 +846,3 @@ func TestRestartBackoffStop(t *testing.T) {
 	}
 }
 
-// waitStderr waits until lifeboat's stderr holds s.
-func waitStderr(t *testing.T, p *lb, s string) {
-	t.Helper()
-	deadline := time.Now().Add(hangLimit)
-	for time.Now().Before(deadline) {
-		if strings.Contains(p.stderr.String(), s) {
-			return
-		}
-		if !p.alive() {
-			t.Fatalf("lifeboat exited (code %d) before it logged %s; stderr:\n%s", p.code, s, p.stderr.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("lifeboat never logged %s; stderr:\n%s", s, p.stderr.String())
-}
