@@ -466,3 +466,40 @@ await "$0/2"`, goA)...)
 		})
 	}
 }
+
+// TestRolledBackSaveCommitted (issue 36 row 9): a trainer saves its
+// counter checkpoint backup/latest.pdparams three times: state X, then Y,
+// then X again, byte for byte (it rolled back after a divergence). The
+// third save is new work and is committed as a new revision; the next
+// restore gives X, not the Y the trainer discarded. On the code before,
+// the third save was "already committed" and the store's newest stayed Y.
+func TestRolledBackSaveCommitted(t *testing.T) {
+	for _, sk := range storeKinds() {
+		t.Run(sk.name, func(t *testing.T) {
+			url, env := sk.url(t), sk.env(t)
+			goDir := t.TempDir()
+			p := startEnv(t, "plain", env, append(wsFlags(url, 0, 1, t.TempDir()), "--", "sh", "-c", `set -e
+await() { n=0; while [ ! -e "$1" ]; do sleep 0.05; n=$((n+1)); [ $n -lt 2400 ] && kill -0 "$PPID" 2>/dev/null || exit 1; done; }
+save() {
+	python3 -c 'import pickle, sys; pickle.dump({"state": sys.argv[2]}, open(sys.argv[1], "wb"))' "$0/latest.pdparams" "$1"
+	mkdir -p "$LIFEBOAT_DIR/backup" && mv "$0/latest.pdparams" "$LIFEBOAT_DIR/backup/latest.pdparams"
+}
+save state-X; await "$0/1"
+save state-Y-diverged; await "$0/2"
+save state-X; await "$0/3"`, goDir)...)
+			for i := 1; i <= 3; i++ {
+				waitFor(t, p, func() bool { return len(logLines(p.stderr.String(), "checkpoint.committed")) >= i })
+				release(t, goDir, i)
+			}
+			waitExit(t, p, 0)
+			dir := t.TempDir()
+			if code, out := runLifeboat(t, env, "restore", "--store", url, "--dir", dir); code != 0 {
+				t.Fatalf("restore: exit %d\n%s", code, out)
+			}
+			b, err := os.ReadFile(filepath.Join(dir, "backup", "latest.pdparams"))
+			if err != nil || !strings.Contains(string(b), "state-X") {
+				t.Errorf("the next restore gave %q (%v), want state X, which the trainer saved last; log:\n%s", b, err, tail(p.stderr.String()))
+			}
+		})
+	}
+}
