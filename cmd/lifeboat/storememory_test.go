@@ -122,17 +122,19 @@ func peakRSS(t *testing.T, args ...string) (code int, out string, peak int64) {
 // about 40 MiB each (and a small newest checkpoint), `lifeboat ls`, `ls
 // --check`, `verify latest`, `prune --dry-run`, `restore` and `run`'s
 // start each stay below the bound docs/FORMAT.md states: memory for the
-// manifests read at once (at most MaxManifestSize of them, each costing
-// a few times its size while it is decoded), not for all the store holds.
+// manifests read at once (at most 64 MiB of them, each costing a few
+// times its size while it is decoded), not for all the store holds.
 // Before, every candidate manifest was read and kept at once: a peak of
 // all 6 manifests' decoded size and more.
 func TestStoreOfBigManifestsMemory(t *testing.T) {
 	url, _, newest := storeOfBigManifests(t)
-	// The bound: the process's own baseline, plus 6 times the largest
-	// manifest (its bytes, the decoder's copy, the decoded manifest and the
-	// garbage collector's headroom over them). Six manifests held at once
-	// need about as much by their decoded size alone, and more to read them.
-	const bound = 64<<20 + 6*bigManifestBytes
+	// The bound docs/FORMAT.md states ("Memory"): the process's baseline,
+	// plus 8 times the largest manifest (its bytes in the decoder, the
+	// decoded manifest, and the garbage collector's headroom over them;
+	// about 5 times is measured). Six manifests held at once need more
+	// than that by their decoded size and the reading of them alone (1.0
+	// to 1.4 GiB measured before).
+	const bound = 64<<20 + 8*bigManifestBytes
 	runDir := t.TempDir()
 	cases := []struct {
 		name string
