@@ -314,10 +314,11 @@ const manifestReaders = 16
 // (a manifest listed larger than it, or of unknown size, is read alone),
 // and keptBudget those kept decoded after reading, so that restoring,
 // checking or pruning a small store reads no manifest twice.
-const (
-	readBudget = MaxManifestSize
-	keptBudget = 16 << 20
-)
+const readBudget = MaxManifestSize
+
+// keptBudget is a variable only so that tests can have every manifest
+// read again.
+var keptBudget int64 = 16 << 20
 
 // manifestInfo is what listing and choosing steps keep of a manifest: what
 // the rules of completeness and of newest, and ls, look at.
