@@ -324,13 +324,17 @@ func (p *pruner) deleteManifests(ctx context.Context, doomed []storage.ObjectInf
 // since the first listing protect their chunks too, and returns the
 // chunks of stored (the listing of chunks taken before anything was
 // deleted) that the manifests not doomed reference. It reads one manifest
-// at a time (those of groups that readGroups kept decoded are not read
-// again); a manifest that cannot be decoded references none.
+// at a time; those of groups that readGroups kept decoded, or could not
+// read, are not read again. A manifest that cannot be decoded references
+// none.
 func (p *pruner) referencedChunks(ctx context.Context, groups []*stepGroup, doomed []storage.ObjectInfo, stored chunkSizes) (map[[32]byte]bool, error) {
-	decoded := map[string]*Manifest{}
+	decoded := map[string]*Manifest{} // by key; nil: could not be read (a torn revision among them)
 	for _, g := range groups {
 		for r, m := range g.decoded {
 			decoded[g.keys[r].Key] = m
+		}
+		for r := range g.errs {
+			decoded[g.keys[r].Key] = nil
 		}
 	}
 	doomedKey := make(map[string]bool, len(doomed))
@@ -342,8 +346,8 @@ func (p *pruner) referencedChunks(ctx context.Context, groups []*stepGroup, doom
 		if _, _, ok := parseManifestKey(oi.Key); !ok || doomedKey[oi.Key] {
 			return nil
 		}
-		m := decoded[oi.Key]
-		if m == nil {
+		m, known := decoded[oi.Key]
+		if !known {
 			var err error
 			m, err = readManifest(ctx, p.s, oi.Key)
 			if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, storage.ErrNotExist) {
