@@ -308,12 +308,13 @@ func listSteps(ctx context.Context, s storage.Store, prefix string) ([]*stepGrou
 // most: fewer when they are large (readBudget).
 const manifestReaders = 16
 
-// Memory for manifests (docs/FORMAT.md, "Memory"). Choosing a step keeps a
-// manifestInfo of each manifest, not its files and chunks. readBudget
-// bounds the listed bytes of the manifests being read and decoded at once
-// (a manifest listed larger than it, or of unknown size, is read alone),
-// and keptBudget those kept decoded after reading, so that restoring,
-// checking or pruning a small store reads no manifest twice.
+// Memory for manifests (docs/FORMAT.md, "Memory: what a reader holds").
+// Choosing a step keeps a manifestInfo of each manifest, not its files and
+// chunks. readBudget bounds the listed bytes of the manifests being read
+// and decoded at once (a manifest listed larger than it, or of unknown
+// size, is read alone), and keptBudget those kept decoded after reading,
+// so that restoring, checking or pruning a small store reads no manifest
+// twice.
 const readBudget = MaxManifestSize
 
 // keptBudget is a variable only so that tests can have every manifest
