@@ -58,7 +58,7 @@ func ShortLine(line string) string {
 // gives none, after now; then the store's time (or now). future says the
 // created time was not trusted. A manifest that could not be read (m nil)
 // counts with its object's time.
-func commitTime(m *Manifest, oi storage.ObjectInfo, now time.Time) (t time.Time, future bool) {
+func commitTime(m *manifestInfo, oi storage.ObjectInfo, now time.Time) (t time.Time, future bool) {
 	if m == nil {
 		return oi.ModTime, false
 	}

@@ -133,7 +133,45 @@ func DecodeManifest(data []byte) (*Manifest, error) {
 	if len(data) > MaxManifestSize {
 		return nil, fmt.Errorf("checkpoint: manifest is %d bytes, over the %d limit: %w", len(data), MaxManifestSize, ErrCorrupt)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
+	return decodeManifest(bytes.NewReader(data))
+}
+
+// readManifestFrom decodes the manifest r holds, as DecodeManifest does,
+// as it reads it: the only copy of its bytes is the JSON decoder's. More
+// than MaxManifestSize bytes is an error wrapping ErrCorrupt; an error
+// of r is returned as it is.
+func readManifestFrom(r io.Reader) (*Manifest, error) {
+	c := &countingReader{r: io.LimitReader(r, MaxManifestSize+1)}
+	m, err := decodeManifest(c)
+	switch {
+	case c.err != nil:
+		return nil, c.err
+	case c.n > MaxManifestSize:
+		return nil, fmt.Errorf("checkpoint: manifest is more than %d bytes, over the limit: %w", MaxManifestSize, ErrCorrupt)
+	}
+	return m, err
+}
+
+// countingReader counts the bytes read through it and keeps the first
+// error other than io.EOF.
+type countingReader struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if err != nil && err != io.EOF && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// decodeManifest parses and validates the manifest r holds, to its end.
+func decodeManifest(r io.Reader) (*Manifest, error) {
+	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	var m Manifest
 	if err := dec.Decode(&m); err != nil {

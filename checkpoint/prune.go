@@ -79,7 +79,8 @@ type PruneResult struct {
 	DeletedChunks    int
 	DeletedBytes     int64
 	// YoungUnreferenced counts chunks no manifest references that were kept
-	// because they are inside the safety window (uploads in progress).
+	// because they are inside the safety window (uploads in progress), of
+	// those stored when the prune listed the chunks first.
 	YoungUnreferenced int
 	// DeletedLeftovers counts what unfinished Puts left under chunks/ and
 	// snapshots/ (a directory store's temporary files, S3's open
@@ -129,7 +130,10 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: prune: %w", err)
 	}
-	old := p.chooseSteps(groups, stored)
+	old, err := p.chooseSteps(ctx, groups, stored)
+	if err != nil {
+		return nil, err
+	}
 	doomed := p.manifestsToDelete(groups, old)
 	if len(p.res.Kept) != opts.Keep {
 		p.log.Info("checkpoint.prune_short_of_keep",
@@ -138,11 +142,11 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 	if err := p.deleteManifests(ctx, doomed); err != nil {
 		return p.res, err
 	}
-	referenced, err := p.referencedChunks(ctx, groups, doomed)
+	referenced, err := p.referencedChunks(ctx, groups, doomed, stored)
 	if err != nil {
 		return p.res, err
 	}
-	if err := p.deleteChunks(ctx, referenced); err != nil {
+	if err := p.deleteChunks(ctx, referenced, stored); err != nil {
 		return p.res, err
 	}
 	if err := p.sweep(ctx); err != nil {
@@ -181,7 +185,7 @@ type pruner struct {
 // the unrestorable ones and the abandoned ones. It returns the steps to
 // delete: those older than the oldest kept one once Keep are kept, and
 // the abandoned ones.
-func (p *pruner) chooseSteps(groups []*stepGroup, stored chunkSizes) (old map[*stepGroup]bool) {
+func (p *pruner) chooseSteps(ctx context.Context, groups []*stepGroup, stored chunkSizes) (old map[*stepGroup]bool, err error) {
 	res := p.res
 	order := slices.Clone(groups)
 	orderGroups(order, p.now)
@@ -214,20 +218,31 @@ func (p *pruner) chooseSteps(groups []*stepGroup, stored chunkSizes) (old map[*s
 		case verdictNotPaired:
 			continue // kept while newer than a kept step
 		}
-		var ms []*Manifest // those that decode
-		for _, m := range g.manifests {
-			ms = append(ms, m)
+		decoded, check := 0, stored.checker() // the manifests that decode, one at a time
+		for r := range g.worldSize {
+			if g.manifests[r] == nil {
+				continue
+			}
+			m, err := g.full(ctx, p.s, r)
+			switch {
+			case errors.Is(err, ErrCorrupt) || errors.Is(err, storage.ErrNotExist):
+				continue
+			case err != nil:
+				return nil, fmt.Errorf("checkpoint: prune: %w", err)
+			}
+			decoded++
+			check.add(m)
 		}
-		missing, wrongSize := stored.check(ms)
-		if len(ms) < g.worldSize || missing > 0 || wrongSize > 0 {
+		missing, wrongSize := check.missing, check.wrongSize
+		if decoded < g.worldSize || missing > 0 || wrongSize > 0 {
 			p.log.Warn("checkpoint.prune_unrestorable", "step", g.step,
-				"bad_manifests", g.worldSize-len(ms), "missing_chunks", missing, "wrong_size_chunks", wrongSize)
+				"bad_manifests", g.worldSize-decoded, "missing_chunks", missing, "wrong_size_chunks", wrongSize)
 			res.Unrestorable = append(res.Unrestorable, g.step)
 			continue
 		}
 		res.Kept = append(res.Kept, g.step)
 	}
-	return old
+	return old, nil
 }
 
 // manifestsToDelete returns the manifests to delete, in order: every
@@ -307,37 +322,44 @@ func (p *pruner) deleteManifests(ctx context.Context, doomed []storage.ObjectInf
 
 // referencedChunks lists the manifests again, so that those committed
 // since the first listing protect their chunks too, and returns the
-// chunks the manifests not doomed reference. A manifest that cannot be
-// decoded references none; those of groups are not read again.
-func (p *pruner) referencedChunks(ctx context.Context, groups []*stepGroup, doomed []storage.ObjectInfo) (map[string]bool, error) {
-	manifests := map[string]*Manifest{} // key -> decoded; nil when invalid
+// chunks of stored (the listing of chunks taken before anything was
+// deleted) that the manifests not doomed reference. It reads one manifest
+// at a time; those of groups that readGroups kept decoded, or could not
+// read, are not read again. A manifest that cannot be decoded references
+// none.
+func (p *pruner) referencedChunks(ctx context.Context, groups []*stepGroup, doomed []storage.ObjectInfo, stored chunkSizes) (map[[32]byte]bool, error) {
+	decoded := map[string]*Manifest{} // by key; nil: could not be read (a torn revision among them)
 	for _, g := range groups {
-		for r, oi := range g.keys {
-			manifests[oi.Key] = g.manifests[r]
+		for r, m := range g.decoded {
+			decoded[g.keys[r].Key] = m
+		}
+		for r := range g.errs {
+			decoded[g.keys[r].Key] = nil
 		}
 	}
 	doomedKey := make(map[string]bool, len(doomed))
 	for _, oi := range doomed {
 		doomedKey[oi.Key] = true
 	}
-	referenced := map[string]bool{}
+	referenced := map[[32]byte]bool{}
 	err := p.s.List(ctx, snapshotsPrefix, func(oi storage.ObjectInfo) error {
 		if _, _, ok := parseManifestKey(oi.Key); !ok || doomedKey[oi.Key] {
 			return nil
 		}
-		m, known := manifests[oi.Key]
+		m, known := decoded[oi.Key]
 		if !known {
 			var err error
 			m, err = readManifest(ctx, p.s, oi.Key)
 			if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, storage.ErrNotExist) {
 				return err
 			}
-			manifests[oi.Key] = m
 		}
 		if m != nil {
 			for _, f := range m.Files {
 				for _, c := range f.Chunks {
-					referenced[c.SHA256] = true
+					if k := sumKey(c.SHA256); stored.has(k) {
+						referenced[k] = true
+					}
 				}
 			}
 		}
@@ -349,14 +371,19 @@ func (p *pruner) referencedChunks(ctx context.Context, groups []*stepGroup, doom
 	return referenced, nil
 }
 
-// deleteChunks deletes the chunks not referenced that are older than the
+// deleteChunks deletes the chunks of stored, the listing taken before
+// anything was deleted, that are not referenced and are older than the
 // safety window (with DryRun, only counts them), and counts the younger
-// ones it keeps.
-func (p *pruner) deleteChunks(ctx context.Context, referenced map[string]bool) error {
+// ones it keeps. A chunk listed now that was not then is kept and not
+// counted: it was stored while the prune ran.
+func (p *pruner) deleteChunks(ctx context.Context, referenced map[[32]byte]bool, stored chunkSizes) error {
 	var doomed []storage.ObjectInfo
 	err := p.s.List(ctx, chunksPrefix, func(oi storage.ObjectInfo) error {
 		sum, ok := parseChunkKey(oi.Key)
-		if !ok || referenced[sum] {
+		if !ok {
+			return nil
+		}
+		if k := sumKey(sum); referenced[k] || !stored.has(k) {
 			return nil
 		}
 		if !oi.ModTime.Before(p.cutoff) {

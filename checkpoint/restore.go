@@ -176,7 +176,9 @@ func Restore(ctx context.Context, s storage.Store, step int64, rank int, dir str
 			return nil, fmt.Errorf("checkpoint: read manifests of step %d in %s: %w", step, s, err)
 		}
 		if g.passedOver != "" {
-			m = g.manifests[rank]
+			if m, err = g.full(ctx, s, rank); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return restoreOne(ctx, s, m, dir, opts)
@@ -233,15 +235,19 @@ func joinRanks(ms []*Manifest) (all *Manifest, set []string) {
 // On any failure dir is as it was.
 func restoreAll(ctx context.Context, s storage.Store, g *stepGroup, rank int, dir string, opts RestoreOptions) (*RestoreResult, error) {
 	res := &RestoreResult{Step: g.step, Rank: rank, Line: g.line(), Dir: filepath.Join(dir, RanksDir)}
+	fail := func(err error) (*RestoreResult, error) {
+		return nil, fmt.Errorf("checkpoint: restore every rank of step %d (world size %d) into %s: %w", g.step, g.worldSize, res.Dir, err)
+	}
 	for r := range g.worldSize {
-		res.Ranks = append(res.Ranks, g.manifests[r])
+		m, err := g.full(ctx, s, r)
+		if err != nil {
+			return fail(err)
+		}
+		res.Ranks = append(res.Ranks, m)
 	}
 	all, set := joinRanks(res.Ranks)
 	res.Revision = all.Revision
 	res.Manifest, res.Files, res.Bytes = all, len(all.Files), all.Bytes()
-	fail := func(err error) (*RestoreResult, error) {
-		return nil, fmt.Errorf("checkpoint: restore every rank of step %d (world size %d) into %s: %w", g.step, g.worldSize, res.Dir, err)
-	}
 	rec := &restoreRecord{Sub: RanksDir, Whole: true, Rank: rank}
 	for _, m := range res.Ranks {
 		b, err := m.Encode()
@@ -415,7 +421,11 @@ func restoreStep(ctx context.Context, s storage.Store, g *stepGroup, rank int, d
 	if opts.AllRanks {
 		return restoreAll(ctx, s, g, rank, dir, opts)
 	}
-	return restoreOne(ctx, s, g.manifests[rank], dir, opts)
+	m, err := g.full(ctx, s, rank)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: step %d of %d ranks: %w", g.step, g.worldSize, err)
+	}
+	return restoreOne(ctx, s, m, dir, opts)
 }
 
 // dataError reports whether err is about the store's data alone: a

@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 
 	"github.com/lifeboat-project/lifeboat/storage"
 )
@@ -99,10 +101,14 @@ type stepGroup struct {
 	keys      map[int]storage.ObjectInfo // by rank: its highest revision
 	revisions map[int]int                // by rank: the revision in keys
 	older     map[int][]revisionKey      // by rank: lower revisions, ascending
-	// Set by readGroups, for each rank in keys: its manifest, or why it
-	// could not be read (a data error: ErrCorrupt or storage.ErrNotExist).
-	manifests map[int]*Manifest
+	// Set by readGroups, for each rank in keys: what the choosing of steps
+	// keeps of its manifest, or why it could not be read (a data error:
+	// ErrCorrupt or storage.ErrNotExist). The files and chunks are not
+	// kept: full reads the manifest again, unless readGroups kept it
+	// whole in decoded (small manifests, within keptBudget).
+	manifests map[int]*manifestInfo
 	errs      map[int]error
+	decoded   map[int]*Manifest
 	// Set by pairNamed when the ranks' highest revisions could not be
 	// paired and their highest named ones were taken instead: by rank,
 	// the counter revisions above the one in keys, ascending, and why the
@@ -298,13 +304,45 @@ func listSteps(ctx context.Context, s storage.Store, prefix string) ([]*stepGrou
 	return groups, nil
 }
 
-// manifestReaders is how many manifests readGroups reads at a time.
+// manifestReaders is how many manifests readGroups reads at a time, at
+// most: fewer when they are large (readBudget).
 const manifestReaders = 16
 
-// readGroups reads the highest revision of every rank of groups, up to
-// manifestReaders at a time, into each group's manifests, or its errs
-// for a manifest that is invalid or vanished. Any other failure (the
-// store, after retries; ctx) is returned.
+// Memory for manifests (docs/FORMAT.md, "Memory: what a reader holds").
+// Choosing a step keeps a manifestInfo of each manifest, not its files and
+// chunks. readBudget bounds the listed bytes of the manifests being read
+// and decoded at once (a manifest listed larger than it, or of unknown
+// size, is read alone), and keptBudget those kept decoded after reading,
+// so that restoring, checking or pruning a small store reads no manifest
+// twice.
+const readBudget = MaxManifestSize
+
+// keptBudget is a variable only so that tests can have every manifest
+// read again.
+var keptBudget int64 = 16 << 20
+
+// manifestInfo is what listing and choosing steps keep of a manifest: what
+// the rules of completeness and of newest, and ls, look at.
+type manifestInfo struct {
+	ID         string
+	Line       string
+	Generation string
+	Counter    bool
+	Created    time.Time
+	Bytes      int64 // the files' total size
+	Files      int
+}
+
+// info is what listing and choosing keep of m.
+func (m *Manifest) info() *manifestInfo {
+	return &manifestInfo{ID: m.ID, Line: m.Line, Generation: m.Generation, Counter: m.Counter, Created: m.Created, Bytes: m.Bytes(), Files: len(m.Files)}
+}
+
+// readGroups reads the highest revision of every rank of groups, several
+// at a time within readBudget, into each group's manifests (and, within
+// keptBudget, decoded), or its errs for a manifest that is invalid or
+// vanished. Any other failure (the store, after retries; ctx) is
+// returned.
 func readGroups(ctx context.Context, s storage.Store, groups []*stepGroup) error {
 	type job struct {
 		g    *stepGroup
@@ -312,12 +350,13 @@ func readGroups(ctx context.Context, s storage.Store, groups []*stepGroup) error
 	}
 	type result struct {
 		job
-		m   *Manifest
-		err error
+		info *manifestInfo
+		m    *Manifest // when kept decoded
+		err  error
 	}
 	var jobs []job
 	for _, g := range groups {
-		g.manifests, g.errs = make(map[int]*Manifest, len(g.keys)), map[int]error{}
+		g.manifests, g.errs, g.decoded = make(map[int]*manifestInfo, len(g.keys)), map[int]error{}, map[int]*Manifest{}
 		for r := range g.keys {
 			jobs = append(jobs, job{g, r})
 		}
@@ -326,15 +365,34 @@ func readGroups(ctx context.Context, s storage.Store, groups []*stepGroup) error
 	defer cancel(nil)
 	next := make(chan job)
 	results := make(chan result)
+	reading := semaphore.NewWeighted(readBudget)
+	var kept atomic.Int64
 	var wg sync.WaitGroup
 	for range min(manifestReaders, len(jobs)) {
 		wg.Go(func() {
 			for j := range next {
-				m, err := j.g.readManifest(ctx, s, j.g.keys[j.rank].Key)
+				oi := j.g.keys[j.rank]
+				weight := oi.Size
+				if weight <= 0 || weight > readBudget {
+					weight = readBudget
+				}
+				if err := reading.Acquire(ctx, weight); err != nil {
+					results <- result{job: j, err: err}
+					continue
+				}
+				m, err := j.g.readManifest(ctx, s, oi.Key)
+				reading.Release(weight)
 				if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, storage.ErrNotExist) {
 					cancel(err)
 				}
-				results <- result{j, m, err}
+				res := result{job: j, err: err}
+				if err == nil {
+					res.info = m.info()
+					if oi.Size > 0 && kept.Add(oi.Size) <= keptBudget {
+						res.m = m
+					}
+				}
+				results <- res
 			}
 		})
 	}
@@ -353,10 +411,14 @@ func readGroups(ctx context.Context, s storage.Store, groups []*stepGroup) error
 		close(results)
 	}()
 	for r := range results {
-		if r.err != nil {
+		switch {
+		case r.err != nil:
 			r.g.errs[r.rank] = r.err
-		} else {
-			r.g.manifests[r.rank] = r.m
+		case r.m != nil:
+			r.g.decoded[r.rank] = r.m
+			fallthrough
+		default:
+			r.g.manifests[r.rank] = r.info
 		}
 	}
 	if err := context.Cause(ctx); err != nil {
@@ -370,6 +432,25 @@ func readGroups(ctx context.Context, s storage.Store, groups []*stepGroup) error
 		}
 	}
 	return nil
+}
+
+// full returns rank's whole manifest of g, whose manifests readGroups
+// read: the one it kept decoded, or the manifest read again. One that
+// vanished since, or no longer has the id read before, is a data error
+// (storage.ErrNotExist, ErrCorrupt).
+func (g *stepGroup) full(ctx context.Context, s storage.Store, rank int) (*Manifest, error) {
+	if m := g.decoded[rank]; m != nil {
+		return m, nil
+	}
+	key := g.keys[rank].Key
+	m, err := g.readManifest(ctx, s, key)
+	if err != nil {
+		return nil, err
+	}
+	if want := g.manifests[rank]; want == nil || m.ID != want.ID {
+		return nil, fmt.Errorf("checkpoint: manifest %s changed since it was read: %w", key, ErrCorrupt)
+	}
+	return m, nil
 }
 
 // readManifest reads the manifest at key, one of g's; a revision marked
@@ -395,7 +476,7 @@ func (g *stepGroup) readManifest(ctx context.Context, s storage.Store, key strin
 func (g *stepGroup) pairNamed(ctx context.Context, s storage.Store, why string) error {
 	type pick struct {
 		at int // index in older
-		m  *Manifest
+		m  *manifestInfo
 	}
 	picks := map[int]pick{}
 	for r := range g.worldSize {
@@ -409,7 +490,7 @@ func (g *stepGroup) pairNamed(ctx context.Context, s storage.Store, why string) 
 				return err
 			}
 			if err == nil && !m.Counter {
-				picks[r] = pick{i, m}
+				picks[r] = pick{i, m.info()}
 				break
 			}
 		}
@@ -422,6 +503,7 @@ func (g *stepGroup) pairNamed(ctx context.Context, s storage.Store, why string) 
 		older := g.older[r]
 		g.above[r] = append(slices.Clone(older[p.at+1:]), revisionKey{g.revisions[r], g.keys[r]})
 		g.keys[r], g.revisions[r], g.manifests[r] = older[p.at].info, older[p.at].revision, p.m
+		delete(g.decoded, r) // read again when needed: its size counts in no budget
 		g.older[r] = older[:p.at]
 	}
 	g.passedOver = why
@@ -475,14 +557,14 @@ func List(ctx context.Context, s storage.Store) ([]Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return describe(groups, nil, time.Now()), nil
+	return describe(ctx, s, groups, nil, time.Now())
 }
 
 // ListChecked is List that also lists every chunk in the store once and
 // counts, for each step, the chunks its manifests name that are missing or
 // stored with another size (Snapshot.MissingChunks, WrongSizeChunks). It
-// costs one listing of chunks/ more than List, and memory for each chunk's
-// size.
+// costs one listing of chunks/ more than List, memory for each chunk's
+// size, and reading again each manifest readGroups did not keep decoded.
 func ListChecked(ctx context.Context, s storage.Store) ([]Snapshot, error) {
 	groups, err := readSteps(ctx, s)
 	if err != nil {
@@ -495,7 +577,7 @@ func ListChecked(ctx context.Context, s storage.Store) ([]Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return describe(groups, stored, time.Now()), nil
+	return describe(ctx, s, groups, stored, time.Now())
 }
 
 // readSteps lists every step and reads each rank's highest manifest.
@@ -512,13 +594,34 @@ func readSteps(ctx context.Context, s storage.Store) ([]*stepGroup, error) {
 
 // describe is the Snapshot of each of groups, whose manifests readGroups
 // read; with stored (a listing of the chunks; nil: none) it counts each
-// step's chunks that are missing or of another size.
-func describe(groups []*stepGroup, stored chunkSizes, now time.Time) []Snapshot {
+// step's chunks that are missing or of another size, reading the
+// manifests of one rank at a time (stepGroup.full). A manifest that can no
+// longer be read then counts as one that could not be read at all; any
+// other failure to read it is returned.
+func describe(ctx context.Context, s storage.Store, groups []*stepGroup, stored chunkSizes, now time.Time) ([]Snapshot, error) {
 	checkChunks := stored != nil
 	out := make([]Snapshot, 0, len(groups))
 	for _, g := range groups {
+		var check *chunkCheck
+		if checkChunks {
+			check = stored.checker()
+			for r := range g.worldSize {
+				if g.manifests[r] == nil {
+					continue
+				}
+				m, err := g.full(ctx, s, r)
+				switch {
+				case errors.Is(err, ErrCorrupt) || errors.Is(err, storage.ErrNotExist):
+					delete(g.manifests, r)
+					g.errs[r] = err
+					continue
+				case err != nil:
+					return nil, fmt.Errorf("checkpoint: read manifests in %s: %w", s, err)
+				}
+				check.add(m)
+			}
+		}
 		snap := Snapshot{Step: g.step, WorldSize: g.worldSize, ChunksChecked: checkChunks, Line: g.line(), Committed: g.committed(now)}
-		var manifests []*Manifest
 		for r := range g.worldSize {
 			oi, ok := g.keys[r]
 			if !ok {
@@ -526,8 +629,7 @@ func describe(groups []*stepGroup, stored chunkSizes, now time.Time) []Snapshot 
 			}
 			ri := RankInfo{Rank: r, Key: oi.Key, Revision: g.revisions[r], Created: oi.ModTime}
 			if m := g.manifests[r]; m != nil {
-				manifests = append(manifests, m)
-				ri.ID, ri.Created, ri.Bytes, ri.Files, ri.Counter, ri.Generation = m.ID, m.Created, m.Bytes(), len(m.Files), m.Counter, m.Generation
+				ri.ID, ri.Created, ri.Bytes, ri.Files, ri.Counter, ri.Generation = m.ID, m.Created, m.Bytes, m.Files, m.Counter, m.Generation
 			} else {
 				ri.Err = g.errs[r]
 			}
@@ -542,11 +644,11 @@ func describe(groups []*stepGroup, stored chunkSizes, now time.Time) []Snapshot 
 		v, why := g.judge()
 		snap.Complete, snap.Incomplete, snap.PassedOver = v == verdictComplete, why, g.passedOver
 		if checkChunks {
-			snap.MissingChunks, snap.WrongSizeChunks = stored.check(manifests)
+			snap.MissingChunks, snap.WrongSizeChunks = check.missing, check.wrongSize
 		}
 		out = append(out, snap)
 	}
-	return out
+	return out, nil
 }
 
 // chunkSizes maps each stored chunk's SHA-256 to its stored size.
@@ -567,28 +669,43 @@ func listChunks(ctx context.Context, s storage.Store) (chunkSizes, error) {
 	return sizes, nil
 }
 
-// check counts the distinct chunks of ms that are not stored, and those
-// stored with another size than a manifest says.
-func (c chunkSizes) check(ms []*Manifest) (missing, wrongSize int) {
-	seen := map[[32]byte]bool{}
-	for _, m := range ms {
-		for _, f := range m.Files {
-			for _, ch := range f.Chunks {
-				k := sumKey(ch.SHA256)
-				if seen[k] {
-					continue
-				}
-				seen[k] = true
-				switch size, ok := c[k]; {
-				case !ok:
-					missing++
-				case size != ch.Size:
-					wrongSize++
-				}
+// chunkCheck counts, over the manifests added to it, the distinct chunks
+// that are not stored and those stored with another size than a manifest
+// says. It remembers only those chunks, not the ones found whole.
+type chunkCheck struct {
+	stored             chunkSizes
+	bad                map[[32]byte]bool
+	missing, wrongSize int
+}
+
+// has reports whether the chunk k was listed.
+func (c chunkSizes) has(k [32]byte) bool {
+	_, ok := c[k]
+	return ok
+}
+
+// checker starts a chunkCheck against c.
+func (c chunkSizes) checker() *chunkCheck {
+	return &chunkCheck{stored: c, bad: map[[32]byte]bool{}}
+}
+
+// add counts m's chunks.
+func (c *chunkCheck) add(m *Manifest) {
+	for _, f := range m.Files {
+		for _, ch := range f.Chunks {
+			k := sumKey(ch.SHA256)
+			size, ok := c.stored[k]
+			if ok && size == ch.Size || c.bad[k] {
+				continue
+			}
+			c.bad[k] = true
+			if !ok {
+				c.missing++
+			} else {
+				c.wrongSize++
 			}
 		}
 	}
-	return missing, wrongSize
 }
 
 // sumKey is the 32 bytes of a hex SHA-256 that isHexSHA256 accepted.
@@ -602,11 +719,12 @@ func sumKey(sum string) [32]byte {
 // that it names the step, rank, world size and revision its key does. Invalid data
 // wraps ErrCorrupt; a missing key wraps storage.ErrNotExist.
 func readManifest(ctx context.Context, s storage.Store, key string) (*Manifest, error) {
-	data, err := getAll(ctx, s, key, MaxManifestSize+1)
+	rc, err := s.Get(ctx, key, 0, -1)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: read manifest %s: %w", key, err)
 	}
-	m, err := DecodeManifest(data)
+	defer rc.Close()
+	m, err := readManifestFrom(rc)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: read manifest %s: %w", key, err)
 	}
@@ -614,14 +732,4 @@ func readManifest(ctx context.Context, s storage.Store, key string) (*Manifest, 
 		return nil, fmt.Errorf("checkpoint: read manifest %s: it says step %d rank %d of %d revision %d: %w", key, m.Step, m.Rank, m.WorldSize, m.Revision, ErrCorrupt)
 	}
 	return m, nil
-}
-
-// getAll reads up to limit bytes of the object at key.
-func getAll(ctx context.Context, s storage.Store, key string, limit int64) ([]byte, error) {
-	rc, err := s.Get(ctx, key, 0, -1)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	return io.ReadAll(io.LimitReader(rc, limit))
 }

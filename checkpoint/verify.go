@@ -178,7 +178,10 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 		return nil, fmt.Errorf("checkpoint: verify step %d: read manifests in %s: %w", step, s, err)
 	}
 	rep.Revision, rep.PassedOver = g.revision(), g.passedOver
-	chunks, order := verifyManifests(g, rep)
+	chunks, order, err := verifyManifests(ctx, s, g, rep)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: verify step %d: %w", step, err)
+	}
 	if err := verifyChunks(ctx, s, chunks, order, opts, rep); err != nil {
 		return nil, fmt.Errorf("checkpoint: verify step %d: %w", step, err)
 	}
@@ -189,8 +192,9 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 // verifyManifests reports in rep the revision checked of each rank of g,
 // whose manifests readGroups read, and its missing and bad manifests. It
 // returns the size of each distinct chunk the manifests name, and the
-// chunks in the order first named.
-func verifyManifests(g *stepGroup, rep *VerifyReport) (chunks map[string]int64, order []string) {
+// chunks in the order first named; its error is a failure to check (the
+// store's, ctx's) while reading a manifest again.
+func verifyManifests(ctx context.Context, s storage.Store, g *stepGroup, rep *VerifyReport) (chunks map[string]int64, order []string, err error) {
 	chunks = map[string]int64{} // sum -> size
 	for r := range rep.WorldSize {
 		oi, ok := g.keys[r]
@@ -198,11 +202,19 @@ func verifyManifests(g *stepGroup, rep *VerifyReport) (chunks map[string]int64, 
 			rep.Problems = append(rep.Problems, Problem{MissingManifest, manifestKey(Target{Step: rep.Step, Rank: r, WorldSize: rep.WorldSize}, 0), fmt.Sprintf("rank %d of %d has no manifest", r, rep.WorldSize)})
 			continue
 		}
-		m := g.manifests[r]
-		rep.Ranks = append(rep.Ranks, VerifiedRank{Rank: r, Key: oi.Key, Revision: g.revisions[r], Counter: m != nil && m.Counter})
-		if m == nil {
+		info := g.manifests[r]
+		rep.Ranks = append(rep.Ranks, VerifiedRank{Rank: r, Key: oi.Key, Revision: g.revisions[r], Counter: info != nil && info.Counter})
+		if info == nil {
 			rep.Problems = append(rep.Problems, Problem{BadManifest, oi.Key, g.errs[r].Error()})
 			continue
+		}
+		m, err := g.full(ctx, s, r)
+		switch {
+		case errors.Is(err, ErrCorrupt) || errors.Is(err, storage.ErrNotExist):
+			rep.Problems = append(rep.Problems, Problem{BadManifest, oi.Key, err.Error()})
+			continue
+		case err != nil:
+			return nil, nil, err
 		}
 		rep.Manifests++
 		for _, f := range m.Files {
@@ -215,7 +227,7 @@ func verifyManifests(g *stepGroup, rep *VerifyReport) (chunks map[string]int64, 
 		}
 	}
 	rep.Chunks = len(order)
-	return chunks, order
+	return chunks, order, nil
 }
 
 // verifyChunks checks the chunks in order (checkChunk), up to opts.Workers
