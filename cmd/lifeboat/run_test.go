@@ -845,4 +845,3 @@ func TestRestartBackoffStop(t *testing.T) {
 		})
 	}
 }
-
