@@ -307,8 +307,7 @@ const (
 	// have settled, and a commit is followed by a prune.
 	background pass = iota
 	// final: the flush's, after the trainer exited, on the grace period's
-	// budget; nothing waits to settle, nothing is pruned and the store's
-	// chunks are not listed again (checkpoint.Uploader.FinalUploadFiles).
+	// budget; nothing waits to settle and nothing is pruned.
 	final
 )
 
@@ -556,14 +555,10 @@ func (a *Agent) start(ctx context.Context, r watch.Ready, older []watch.Ready) *
 func (a *Agent) upload(ctx context.Context, r watch.Ready, p pass) error {
 	a.cfg.Log.Info("checkpoint.upload_started", "id", r.ID, "step", r.Step, "files", len(r.Files), "bytes", r.Bytes())
 	t0 := a.cfg.Clock()
-	up := a.cfg.Uploader.UploadFiles
-	if p == final {
-		up = a.cfg.Uploader.FinalUploadFiles
-	}
 	line := a.Line()
 	a.checkTorn(ctx, r)
 	target := checkpoint.Target{Step: r.Step, Rank: a.cfg.Rank, WorldSize: a.cfg.WorldSize, Counter: r.Counter, Line: line.Line}
-	res, err := up(ctx, a.cfg.Dir, relPaths(r), target)
+	res, err := a.cfg.Uploader.UploadFiles(ctx, a.cfg.Dir, relPaths(r), target)
 	if err != nil {
 		return err
 	}

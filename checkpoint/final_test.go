@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"maps"
 	"strings"
@@ -52,7 +53,7 @@ func (c *countingStore) counts() (lists, puts int, bytes int64) {
 }
 
 // finalUpload writes tr into a new directory and stores it with
-// FinalUploadFiles.
+// UploadFiles, as the final upload after a stop does.
 func finalUpload(t *testing.T, u *Uploader, step int64, tr tree) *UploadResult {
 	t.Helper()
 	dir := t.TempDir()
@@ -61,7 +62,7 @@ func finalUpload(t *testing.T, u *Uploader, step int64, tr tree) *UploadResult {
 	for p := range tr {
 		paths = append(paths, p)
 	}
-	res, err := u.FinalUploadFiles(context.Background(), dir, paths, Target{Step: step, WorldSize: 1})
+	res, err := u.UploadFiles(context.Background(), dir, paths, Target{Step: step, WorldSize: 1})
 	if err != nil {
 		t.Fatalf("final upload of step %d: %v", step, err)
 	}
@@ -161,5 +162,48 @@ func TestFinalUploadKeepsTheAgeRule(t *testing.T) {
 	// Stored again, they are young: the next final upload reuses them.
 	if res := finalUpload(t, u, 4, tr); res.UploadedBytes != 0 {
 		t.Errorf("after they were stored again, %d bytes stored once more, want 0", res.UploadedBytes)
+	}
+}
+
+// TestUploadsListOnce: an Uploader lists the store's chunks once, at its
+// first upload, however many uploads follow and however many chunks other
+// writers store: a commit costs requests for its own chunks only. A chunk
+// another writer stored since is Put again, and every snapshot restores
+// whole. On the code before, every background upload listed chunks/ (one
+// page per 1,000 chunks the store holds).
+func TestUploadsListOnce(t *testing.T) {
+	defer verifyNone(t)
+	s := newCountingStore()
+	for i := range 3000 { // other ranks' chunks
+		putBytes(t, s, chunkKey(fmt.Sprintf("%064x", i)), []byte{byte(i)})
+	}
+	u := newUploader(s, nil)
+	other := newUploader(s, nil)
+	trees := []tree{sampleTree(11), sampleTree(12), sampleTree(13)}
+	trees[2]["model.pdopt"] = trees[1]["model.pdopt"] // frozen since step 2
+	for i, tr := range trees {
+		step := int64(i + 1)
+		if i == 2 {
+			// Another writer stores the new params first.
+			upload(t, other, 100, 0, 1, tree{"model.pdparams": tr["model.pdparams"]})
+		}
+		_, _, before := s.counts()
+		res := upload(t, u, step, 0, 1, tr)
+		_, _, after := s.counts()
+		if i == 2 {
+			if want := int64(len(tr["model.pdparams"]) + len(tr["rng/rank_state.bin"])); res.UploadedBytes != want || after-before != want {
+				t.Errorf("step 3 stored %d bytes (result %d), want %d: the params another writer stored again, the frozen optimizer reused", after-before, res.UploadedBytes, want)
+			}
+		}
+	}
+	if lists, _, _ := s.counts(); lists != 2 {
+		t.Errorf("%d listings of chunks/ for four uploads by two Uploaders, want 2 (one each)", lists)
+	}
+	for i, tr := range trees {
+		dir := t.TempDir()
+		if _, err := Restore(context.Background(), s, int64(i+1), 0, dir, RestoreOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		checkTree(t, dir, tr)
 	}
 }

@@ -190,7 +190,9 @@ type uploadJob struct {
 // Upload stores the regular files under dir as the snapshot of target. It
 // streams each file in chunks through a bounded number of buffers, hashes
 // each chunk once, Puts the chunks the store does not already hold (fresh
-// enough to survive Prune), and only when every chunk is stored writes the
+// enough to survive Prune) as far as this Uploader knows (storeIndex: the
+// first upload lists the store's chunks once; later ones do not), and
+// only when every chunk is stored writes the
 // manifest, create-only, as the next revision of the step and rank when
 // one with other files is committed already. On any error no manifest is
 // written.
@@ -202,7 +204,7 @@ type uploadJob struct {
 // file of its format (package format) fails the upload with
 // ErrInterrupted.
 func (u *Uploader) Upload(ctx context.Context, dir string, target Target) (*UploadResult, error) {
-	return u.upload(ctx, dir, nil, target, listStore)
+	return u.upload(ctx, dir, nil, target)
 }
 
 // UploadFiles is Upload of only the given files under dir: slash-separated
@@ -213,55 +215,30 @@ func (u *Uploader) UploadFiles(ctx context.Context, dir string, paths []string, 
 	if len(paths) == 0 {
 		return nil, fmt.Errorf("checkpoint: upload %s from %s: no files", target, dir)
 	}
-	return u.upload(ctx, dir, paths, target, listStore)
+	return u.upload(ctx, dir, paths, target)
 }
 
-// FinalUploadFiles is UploadFiles for the last upload after a stop signal,
-// when every second of the grace period counts: instead of listing every
-// chunk in the store (seconds for a large store), it decides which chunks
-// the store holds from what this Uploader learnt, the chunks its last
-// listing found and those it has stored since, with their ages. A chunk
-// it does not know of is Put even if another writer stored it meanwhile,
-// and the age rule that keeps reused chunks safe from Prune applies as in
-// any upload (docs/FORMAT.md). Before this Uploader has listed once, it
-// lists.
-func (u *Uploader) FinalUploadFiles(ctx context.Context, dir string, paths []string, target Target) (*UploadResult, error) {
-	if len(paths) == 0 {
-		return nil, fmt.Errorf("checkpoint: upload %s from %s: no files", target, dir)
-	}
-	return u.upload(ctx, dir, paths, target, learnt)
-}
-
-// indexSource says how an upload learns which chunks the store holds.
-type indexSource int
-
-const (
-	// listStore lists every chunk in the store.
-	listStore indexSource = iota
-	// learnt takes what this Uploader learnt: the chunks its last
-	// listing found and those it has stored since. It lists when it
-	// has not listed yet.
-	learnt
-)
-
-// storeIndex returns a copy of what is known of the store's chunks: a new
-// listing when src is listStore or nothing is known yet, which then
-// replaces what was known.
-func (u *Uploader) storeIndex(ctx context.Context, src indexSource) (map[string]time.Time, error) {
-	if src == learnt {
-		u.mu.Lock()
-		index := maps.Clone(u.index)
-		u.mu.Unlock()
-		if index != nil {
-			return index, nil
-		}
+// storeIndex returns a copy of what this Uploader knows of the store's
+// chunks: what its one listing of chunks/ found, made by its first upload,
+// and the chunks it has Put since, each with the time its Put began. A
+// chunk another writer stored since is not known and is Put again; the age
+// rule decides what may be reused from the index (docs/FORMAT.md), so a
+// commit costs requests for its own chunks only, not for the store's.
+func (u *Uploader) storeIndex(ctx context.Context) (map[string]time.Time, error) {
+	u.mu.Lock()
+	index := maps.Clone(u.index)
+	u.mu.Unlock()
+	if index != nil {
+		return index, nil
 	}
 	index, err := loadIndex(ctx, u.Store)
 	if err != nil {
 		return nil, err
 	}
 	u.mu.Lock()
-	u.index = maps.Clone(index)
+	if u.index == nil {
+		u.index = maps.Clone(index)
+	}
 	u.mu.Unlock()
 	return index, nil
 }
@@ -279,8 +256,8 @@ func (u *Uploader) stored(sum string, t time.Time) {
 // upload is Upload (paths nil: every regular file under dir) and
 // UploadFiles: it plans the upload, stores every chunk the store lacks,
 // and commits the manifest.
-func (u *Uploader) upload(ctx context.Context, dir string, paths []string, target Target, src indexSource) (*UploadResult, error) {
-	run, err := u.plan(ctx, dir, paths, target, src)
+func (u *Uploader) upload(ctx context.Context, dir string, paths []string, target Target) (*UploadResult, error) {
+	run, err := u.plan(ctx, dir, paths, target)
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +302,7 @@ type uploadRun struct {
 // plan checks the configuration and target, finds the files, checks that
 // they are whole, learns which chunks the store holds, and takes the
 // chunks of the files this Uploader committed before, unchanged.
-func (u *Uploader) plan(ctx context.Context, dir string, paths []string, target Target, src indexSource) (*uploadRun, error) {
+func (u *Uploader) plan(ctx context.Context, dir string, paths []string, target Target) (*uploadRun, error) {
 	if err := u.Validate(); err != nil {
 		return nil, err
 	}
@@ -364,7 +341,7 @@ func (u *Uploader) plan(ctx context.Context, dir string, paths []string, target 
 		}
 	}
 	run.reuseAge = run.window - run.window/4
-	if run.index, err = u.storeIndex(ctx, src); err != nil {
+	if run.index, err = u.storeIndex(ctx); err != nil {
 		return nil, err
 	}
 	run.files = files

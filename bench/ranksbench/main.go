@@ -337,7 +337,7 @@ func measureLarge(ctx context.Context, o options, prefix string) (cost, error) {
 				d := filepath.Join(o.work, prefix, fmt.Sprintf("rank-%05d-step-%d", j.rank, j.step))
 				err := writeCkpt(d, j.rank, j.step, 512)
 				if err == nil {
-					_, err = up.FinalUploadFiles(ctx, d, []string{ckptFile}, checkpoint.Target{Step: j.step, Rank: j.rank, WorldSize: n})
+					_, err = up.UploadFiles(ctx, d, []string{ckptFile}, checkpoint.Target{Step: j.step, Rank: j.rank, WorldSize: n})
 				}
 				if err != nil {
 					select {
