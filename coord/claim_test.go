@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/storage"
+	fsstore "github.com/lifeboat-project/lifeboat/storage/fs"
 )
 
 // pod is one lifeboat's claim, driven by hand: each renew and look is one
@@ -215,4 +219,32 @@ func TestClaimOtherRank(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestCleanupDeletesOldClaims: rank 0's clean-up at start deletes the
+// claims not renewed for a minute before it started (pods of an earlier
+// run that never released theirs, of any rank), and keeps a fresh one.
+// The store is a directory, whose modification times a test can set.
+func TestCleanupDeletesOldClaims(t *testing.T) {
+	root := t.TempDir()
+	st, err := fsstore.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	old, fresh := claimKey(3, "old-run"), claimKey(1, "fresh-run")
+	for _, k := range []string{old, fresh} {
+		if err := putJSON(ctx, st, k, ClaimRecord{Run: k}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	past := time.Now().Add(-2 * time.Minute)
+	if err := os.Chtimes(filepath.Join(root, filepath.FromSlash(old)), past, past); err != nil {
+		t.Fatal(err)
+	}
+	rs := startRanks(t, st, 2, time.Now(), time.Minute, 0)
+	eventually(t, "coord.cleaned logged", func() bool { return len(rs[0].log.records("coord.cleaned")) == 1 })
+	if keys := claimKeys(t, st); !slices.Equal(keys, []string{fresh}) {
+		t.Errorf("claims after the clean-up: %v, want %v", keys, fresh)
+	}
 }

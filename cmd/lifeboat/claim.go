@@ -91,5 +91,5 @@ func claimedCode(c *coord.Claim, err error) error {
 	if !ok {
 		return err
 	}
-	return &codeError{code: codeRankClaimed, err: fmt.Errorf("another live pod claims rank: run %s on %s (coord.rank_claimed); give every pod its own rank", t.Run, t.Host)}
+	return &codeError{code: codeRankClaimed, err: fmt.Errorf("another live pod claims this rank: run %s on %s (coord.rank_claimed); give every pod its own rank", t.Run, t.Host)}
 }

@@ -84,7 +84,9 @@ func TestTwoPodsOneRank(t *testing.T) {
 			if a.alive() {
 				a.signal(syscall.SIGTERM)
 			}
-			if code := a.wait(); code != 143 && code != codeRankClaimed {
+			code := a.wait()
+			t.Logf("pod A exit %d, coord.rank_claimed %d", code, len(logLines(a.stderr.String(), "coord.rank_claimed")))
+			if code != 143 && code != codeRankClaimed {
 				t.Errorf("pod A exit %d, want 143 or %d; stderr:\n%s", code, codeRankClaimed, tail(a.stderr.String()))
 			}
 			for _, e := range lsJSON(t, env, url) {
@@ -147,5 +149,48 @@ while :; do sleep 0.05; done`
 				t.Errorf("pod A's step 2: %v", err)
 			}
 		})
+	}
+}
+
+// TestTwoSidecarsOneRank: the same with `lifeboat sidecar`: the second
+// sidecar of rank 1 commits nothing and exits 78 at once.
+func TestTwoSidecarsOneRank(t *testing.T) {
+	url := "file://" + filepath.Join(t.TempDir(), "store")
+	save := func(dir, content string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(dir, "step-000001"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "step-000001", "shard.bin"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flags := func(dir string) []string {
+		return []string{"sidecar", "--store", url, "--dir", dir, "--settle", "200ms", "--scan-interval", "100ms",
+			"--rank", "1", "--world-size", "2", "--coord-interval", "100ms", "--grace", "10s"}
+	}
+	dirA, dirB := t.TempDir(), t.TempDir()
+	save(dirA, "pod A")
+	a := start(t, "plain", flags(dirA)...)
+	awaitCommitted(t, a, 1)
+	save(dirB, "pod B")
+	b := start(t, "plain", flags(dirB)...)
+	waitExit(t, b, codeRankClaimed)
+	if !jsonLogHas(b.stderr.String(), "coord.rank_claimed", map[string]string{"level": "ERROR", "other_run": claimRun(t, a)}) {
+		t.Errorf("sidecar B logged no coord.rank_claimed naming A's run; stderr:\n%s", tail(b.stderr.String()))
+	}
+	if len(logLines(b.stderr.String(), "checkpoint.committed")) > 0 {
+		t.Errorf("sidecar B committed; stderr:\n%s", b.stderr.String())
+	}
+	if a.alive() {
+		a.signal(syscall.SIGTERM)
+	}
+	if code := a.wait(); code != 0 && code != codeRankClaimed {
+		t.Errorf("sidecar A exit %d, want 0 or %d; stderr:\n%s", code, codeRankClaimed, tail(a.stderr.String()))
+	}
+	for _, e := range lsJSON(t, nil, url) {
+		if e.Revision != 0 {
+			t.Errorf("ls: step %d holds revision %d", e.Step, e.Revision)
+		}
 	}
 }
