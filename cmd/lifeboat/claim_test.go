@@ -194,3 +194,36 @@ func TestTwoSidecarsOneRank(t *testing.T) {
 		}
 	}
 }
+
+// TestKilledPodsClaimGoesStale: pod A of rank 1 is SIGKILLed (no stop, no
+// release: its claim stays); its replacement B starts at once. B's first
+// commit waits until A's claim is stale (5 intervals, at least 2 s, by the
+// store's times), then goes on: B logs coord.claim_stale naming A's run,
+// commits, and exits 0; neither is taken for a twin.
+func TestKilledPodsClaimGoesStale(t *testing.T) {
+	for _, sk := range storeKinds() {
+		t.Run(sk.name, func(t *testing.T) {
+			url, env := sk.url(t), sk.env(t)
+			flags := func(dir string) []string {
+				return wsFlags(url, 1, 2, dir, "--coord-interval", "100ms", "--grace", "10s")
+			}
+			a := startEnv(t, "plain", env, append(flags(t.TempDir()), stepsTrainer(t.TempDir(), 1, 2)...)...)
+			awaitCommitted(t, a, 1)
+			runA := claimRun(t, a)
+			a.signal(syscall.SIGKILL)
+			a.wait()
+
+			goB := t.TempDir()
+			b := startEnv(t, "plain", env, append(flags(t.TempDir()), stepsTrainer(goB, 2)...)...)
+			awaitCommitted(t, b, 2)
+			if !jsonLogHas(b.stderr.String(), "coord.claim_stale", map[string]string{"run": runA}) {
+				t.Errorf("pod B committed without finding pod A's claim stale; stderr:\n%s", tail(b.stderr.String()))
+			}
+			release(t, goB, 1)
+			waitExit(t, b, 0)
+			if len(logLines(b.stderr.String(), "coord.rank_claimed")) > 0 {
+				t.Errorf("a killed pod's claim was taken for a twin; stderr:\n%s", b.stderr.String())
+			}
+		})
+	}
+}
