@@ -628,7 +628,7 @@ var jobChecks = []struct {
 		// The first rule that matches decides: a preempted pod is ignored
 		// before any exit code can fail the Job.
 		disruptionAt, firstFail := -1, -1
-		failOn2 := map[string]bool{} // container name ("" for all) whose exit 2 fails the Job
+		failOn2 := map[string]bool{}  // container name ("" for all) whose exit 2 fails the Job
 		failOn78 := map[string]bool{} // the same for exit 78: another live pod claims the rank
 		for i, r := range pfp.Rules {
 			for _, pc := range r.OnPodConditions {
