@@ -82,6 +82,7 @@ type Claim struct {
 	key     string
 	release chan struct{}
 	once    sync.Once
+	done    chan struct{} // closed when Loop returns
 	twinC   chan Twin
 
 	mu       sync.Mutex
@@ -119,7 +120,7 @@ func NewClaim(cfg ClaimConfig) (*Claim, error) {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	run := cfg.Started.UTC().Format(idTime) + "-" + hex.EncodeToString(b)
-	return &Claim{cfg: cfg, run: run, key: claimKey(cfg.Rank, run), release: make(chan struct{}), twinC: make(chan Twin, 1),
+	return &Claim{cfg: cfg, run: run, key: claimKey(cfg.Rank, run), release: make(chan struct{}), done: make(chan struct{}), twinC: make(chan Twin, 1),
 		changed: make(chan struct{}), others: map[string]*other{}, warned: map[string]bool{}}, nil
 }
 
@@ -146,6 +147,7 @@ func (c *Claim) Start(ctx context.Context) {
 // deletes the claim (unless another live pod claims the rank: the claim
 // then stays, for that pod to see, until it is stale).
 func (c *Claim) Loop(ctx context.Context) {
+	defer close(c.done)
 	tick := time.NewTicker(c.cfg.Interval)
 	defer tick.Stop()
 	for n := 0; ; n++ {
@@ -188,6 +190,17 @@ func (c *Claim) Release() {
 		c.mu.Unlock()
 		close(c.release)
 	})
+}
+
+// Wait waits until Loop has returned (after a Release: once the claim is
+// deleted, or its deletion failed), or ctx ends: lifeboat may exit a
+// moment after its stop began, and a replacement pod must not wait for
+// the claim to go stale.
+func (c *Claim) Wait(ctx context.Context) {
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+	}
 }
 
 // Twin returns the other live lifeboat of this rank, once seen.

@@ -44,6 +44,16 @@ func releaseClaim(c *coord.Claim) {
 	}
 }
 
+// settleClaim releases the claim and waits, until ctx ends, for its
+// deletion: at the exit, so that the next pod of the rank does not wait
+// for it to go stale.
+func settleClaim(ctx context.Context, c *coord.Claim) {
+	if c != nil {
+		c.Release()
+		c.Wait(ctx)
+	}
+}
+
 // claimNotices relays in, and adds a notice when another live pod claims
 // this rank: the trainer is stopped as on preemption (its saves are no
 // longer committed), and the pod gets a Warning event.

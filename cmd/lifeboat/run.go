@@ -301,7 +301,7 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 				js.common(ctx, p.agent)
 			}
 			o.kube.flushed(stopped, err)
-			releaseClaim(cl)
+			settleClaim(ctx, cl)
 			js.settle(ctx)
 			return err
 		}

@@ -142,6 +142,7 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 		js.common(fctx, p.agent)
 	}
 	js.settle(fctx)
+	settleClaim(fctx, cl)
 	<-done
 	o.kube.flushed(true, err)
 	if err != nil {
