@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -92,8 +93,9 @@ func claimNotices(ctx context.Context, in <-chan supervisor.Notice, c *coord.Cla
 }
 
 // claimedCode turns err into codeRankClaimed when another live pod
-// claimed this rank.
-func claimedCode(c *coord.Claim, err error) error {
+// claimed this rank, and writes why to the termination log (tlog) in place
+// of the supervisor's line, which took the stop for a preemption.
+func claimedCode(c *coord.Claim, err error, tlog func(msg string)) error {
 	if c == nil {
 		return err
 	}
@@ -101,5 +103,7 @@ func claimedCode(c *coord.Claim, err error) error {
 	if !ok {
 		return err
 	}
-	return &codeError{code: codeRankClaimed, err: fmt.Errorf("another live pod claims this rank: run %s on %s (coord.rank_claimed); give every pod its own rank", t.Run, t.Host)}
+	msg := fmt.Sprintf("another live pod claims this rank: run %s on %s (coord.rank_claimed); this pod committed nothing over it; give every pod its own rank", t.Run, t.Host)
+	tlog("exit 78: " + msg)
+	return &codeError{code: codeRankClaimed, err: errors.New(msg)}
 }

@@ -58,7 +58,8 @@ func TestTwoPodsOneRank(t *testing.T) {
 			a := startEnv(t, "plain", env, append(flags(t.TempDir()), stepsTrainer(goA, 1, 2, 3)...)...)
 			awaitCommitted(t, a, 1)
 
-			b := startEnv(t, "plain", env, append(flags(t.TempDir()), stepsTrainer(goB, 1, 2)...)...)
+			tlog := filepath.Join(t.TempDir(), "termination-log")
+			b := startEnv(t, "plain", env, append(flags(t.TempDir()), append([]string{"--termination-log", tlog}, stepsTrainer(goB, 1, 2)...)...)...)
 			deadline := time.Now().Add(hangLimit)
 			for b.alive() {
 				if strings.Contains(b.stderr.String(), `"checkpoint.committed"`) {
@@ -75,6 +76,9 @@ func TestTwoPodsOneRank(t *testing.T) {
 			}
 			if !jsonLogHas(b.stderr.String(), "coord.rank_claimed", map[string]string{"level": "ERROR", "rank": "1", "other_run": runA}) {
 				t.Errorf("pod B logged no ERROR coord.rank_claimed naming pod A's run %s; stderr:\n%s", runA, tail(b.stderr.String()))
+			}
+			if msg, _ := os.ReadFile(tlog); !strings.HasPrefix(string(msg), "exit 78: another live pod claims this rank: run "+runA) {
+				t.Errorf("pod B's termination log %q does not say why it exits 78", msg)
 			}
 			if strings.Contains(b.stderr.String(), `"checkpoint.committed"`) || strings.Contains(b.stderr.String(), `"checkpoint.revised"`) {
 				t.Errorf("pod B committed; stderr:\n%s", b.stderr.String())

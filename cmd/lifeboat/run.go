@@ -323,5 +323,8 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 	}
 	m.SetReady(true)
 	cfg.Signals = startup.handOff()
-	return claimedCode(cl, supervisor.Run(ctx, cfg))
+	err = supervisor.Run(ctx, cfg)
+	return claimedCode(cl, err, func(msg string) {
+		supervisor.WriteTerminationLog(cfg.TerminationLog, cfg.TerminationLogCreate, msg, cfg.Log)
+	})
 }

@@ -116,7 +116,7 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 		o.kube.rankClaimed(cl.Run(), t)
 		cancel()
 		<-done
-		return claimedCode(cl, nil)
+		return claimedCode(cl, nil, func(msg string) { supervisor.WriteTerminationLog(kubeTerminationLog, false, msg, log) })
 	}
 	releaseClaim(cl)
 	stopAt := time.Now()
