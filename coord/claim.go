@@ -332,8 +332,10 @@ func (c *Claim) look(ctx context.Context) {
 }
 
 // conflict records the twin, says so loudly, and renews the claim at
-// once with the conflict in it: the twin, which has listed this claim
-// since its own start, sees it change, and stops too.
+// once with the conflict in it: a twin that listed this claim before
+// sees it change and stops too. One that lists it first only now (it
+// was already training when this one started) finds it stale once this
+// lifeboat has exited, having committed nothing, and goes on alone.
 func (c *Claim) conflict(ctx context.Context, t Twin) {
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	var rec ClaimRecord

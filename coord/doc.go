@@ -91,8 +91,10 @@
 // committed, then renews and lists in turn, one request per Interval.
 // Another claim that changed since it was first listed is a live twin:
 // ErrRankClaimed, coord.rank_claimed, Conflict delivers it once, and the
-// claim is renewed at once with the conflict in it so that the twin sees
-// it change and stops too. One older than this lifeboat's own claim by
+// claim is renewed at once with the conflict in it, so that a twin that
+// has listed it before sees it change and stops too (the pod that was
+// already training may instead find it stale once this one has exited,
+// having committed nothing, and go on alone). One older than this lifeboat's own claim by
 // more than StaleAfter (both times the store's, from one listing) is a
 // stopped pod's: ignored and deleted. Fence, called before each manifest,
 // waits while a claim is neither; Release (a stop begins, or the exit)
