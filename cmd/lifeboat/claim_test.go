@@ -28,6 +28,25 @@ func awaitCommitted(t *testing.T, p *lb, step int) {
 	}
 }
 
+// podTrainer is stepsTrainer whose saves hold pod's name: two pods' saves
+// of one step differ, as two real trainers' do.
+func podTrainer(goDir, pod string, steps ...int) []string {
+	argv := stepsTrainer(goDir, steps...)
+	argv[len(argv)-1] = strings.Replace(argv[len(argv)-1], "printf 'rank %s step %s'", "printf 'pod "+pod+" rank %s step %s'", 1)
+	return argv
+}
+
+// wrote reports whether p logged a commit that wrote a manifest (not one
+// that found the same files committed already, which writes nothing).
+func wrote(p *lb) bool {
+	for _, rec := range logLines(p.stderr.String(), "checkpoint.committed") {
+		if rec["already_committed"] != true {
+			return true
+		}
+	}
+	return false
+}
+
 // claimRun is the run id p logged in coord.claimed.
 func claimRun(t *testing.T, p *lb) string {
 	t.Helper()
@@ -47,58 +66,66 @@ func claimRun(t *testing.T, p *lb) string {
 // commits anything: no revision of B's is stored over A's. On the code
 // before, B committed its step 1 as revision 1 over A's with one INFO
 // checkpoint.revised, and ls showed the step as A's and B's at once.
+// The same holds for a single-rank job run twice (a Deployment of two
+// replicas): both pods are rank 0 of world size 1.
 func TestTwoPodsOneRank(t *testing.T) {
 	for _, sk := range storeKinds() {
-		t.Run(sk.name, func(t *testing.T) {
-			url, env := sk.url(t), sk.env(t)
-			goA, goB := t.TempDir(), t.TempDir()
-			flags := func(dir string) []string {
-				return wsFlags(url, 1, 2, dir, "--coord-interval", "100ms", "--grace", "10s")
-			}
-			a := startEnv(t, "plain", env, append(flags(t.TempDir()), stepsTrainer(goA, 1, 2, 3)...)...)
-			awaitCommitted(t, a, 1)
+		for _, ws := range []struct{ rank, world int }{{1, 2}, {0, 1}} {
+			t.Run(fmt.Sprintf("%s/rank-%d-of-%d", sk.name, ws.rank, ws.world), func(t *testing.T) {
+				twoPodsOneRank(t, sk, ws.rank, ws.world)
+			})
+		}
+	}
+}
 
-			tlog := filepath.Join(t.TempDir(), "termination-log")
-			b := startEnv(t, "plain", env, append(flags(t.TempDir()), append([]string{"--termination-log", tlog}, stepsTrainer(goB, 1, 2)...)...)...)
-			deadline := time.Now().Add(hangLimit)
-			for b.alive() {
-				if strings.Contains(b.stderr.String(), `"checkpoint.committed"`) {
-					t.Fatalf("pod B committed while pod A holds rank 1; B's stderr:\n%s", tail(b.stderr.String()))
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("pod B still running after %v; stderr:\n%s", hangLimit, tail(b.stderr.String()))
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			runA := claimRun(t, a)
-			if b.code != codeRankClaimed {
-				t.Fatalf("pod B exit %d, want %d; stderr:\n%s", b.code, codeRankClaimed, tail(b.stderr.String()))
-			}
-			if !jsonLogHas(b.stderr.String(), "coord.rank_claimed", map[string]string{"level": "ERROR", "rank": "1", "other_run": runA}) {
-				t.Errorf("pod B logged no ERROR coord.rank_claimed naming pod A's run %s; stderr:\n%s", runA, tail(b.stderr.String()))
-			}
-			if msg, _ := os.ReadFile(tlog); !strings.HasPrefix(string(msg), "exit 78: another live pod claims this rank: run "+runA) {
-				t.Errorf("pod B's termination log %q does not say why it exits 78", msg)
-			}
-			if strings.Contains(b.stderr.String(), `"checkpoint.committed"`) || strings.Contains(b.stderr.String(), `"checkpoint.revised"`) {
-				t.Errorf("pod B committed; stderr:\n%s", b.stderr.String())
-			}
+func twoPodsOneRank(t *testing.T, sk storeKind, rank, world int) {
+	url, env := sk.url(t), sk.env(t)
+	goA, goB := t.TempDir(), t.TempDir()
+	flags := func(dir string) []string {
+		return wsFlags(url, rank, world, dir, "--coord-interval", "100ms", "--grace", "10s")
+	}
+	a := startEnv(t, "plain", env, append(flags(t.TempDir()), podTrainer(goA, "A", 1, 2, 3)...)...)
+	awaitCommitted(t, a, 1)
 
-			// Pod A either saw B too (78) or goes on; a stop ends it.
-			if a.alive() {
-				a.signal(syscall.SIGTERM)
-			}
-			code := a.wait()
-			t.Logf("pod A exit %d, coord.rank_claimed %d", code, len(logLines(a.stderr.String(), "coord.rank_claimed")))
-			if code != 143 && code != codeRankClaimed {
-				t.Errorf("pod A exit %d, want 143 or %d; stderr:\n%s", code, codeRankClaimed, tail(a.stderr.String()))
-			}
-			for _, e := range lsJSON(t, env, url) {
-				if e.Revision != 0 {
-					t.Errorf("ls: step %d holds revision %d: a second pod's rank-1 snapshot over the first's", e.Step, e.Revision)
-				}
-			}
-		})
+	tlog := filepath.Join(t.TempDir(), "termination-log")
+	b := startEnv(t, "plain", env, append(flags(t.TempDir()), append([]string{"--termination-log", tlog}, podTrainer(goB, "B", 1, 2)...)...)...)
+	deadline := time.Now().Add(hangLimit)
+	for b.alive() {
+		if wrote(b) {
+			t.Fatalf("pod B committed while pod A holds rank %d; B's stderr:\n%s", rank, tail(b.stderr.String()))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod B still running after %v; stderr:\n%s", hangLimit, tail(b.stderr.String()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	runA := claimRun(t, a)
+	if b.code != codeRankClaimed {
+		t.Fatalf("pod B exit %d, want %d; stderr:\n%s", b.code, codeRankClaimed, tail(b.stderr.String()))
+	}
+	if !jsonLogHas(b.stderr.String(), "coord.rank_claimed", map[string]string{"level": "ERROR", "rank": fmt.Sprint(rank), "other_run": runA}) {
+		t.Errorf("pod B logged no ERROR coord.rank_claimed naming pod A's run %s; stderr:\n%s", runA, tail(b.stderr.String()))
+	}
+	if msg, _ := os.ReadFile(tlog); !strings.HasPrefix(string(msg), "exit 78: another live pod claims this rank: run "+runA) {
+		t.Errorf("pod B's termination log %q does not say why it exits 78", msg)
+	}
+	if wrote(b) || len(logLines(b.stderr.String(), "checkpoint.revised")) > 0 {
+		t.Errorf("pod B committed; stderr:\n%s", b.stderr.String())
+	}
+
+	// Pod A either saw B too (78) or goes on; a stop ends it.
+	if a.alive() {
+		a.signal(syscall.SIGTERM)
+	}
+	code := a.wait()
+	t.Logf("pod A exit %d, coord.rank_claimed %d", code, len(logLines(a.stderr.String(), "coord.rank_claimed")))
+	if code != 143 && code != codeRankClaimed {
+		t.Errorf("pod A exit %d, want 143 or %d; stderr:\n%s", code, codeRankClaimed, tail(a.stderr.String()))
+	}
+	for _, e := range lsJSON(t, env, url) {
+		if e.Revision != 0 {
+			t.Errorf("ls: step %d holds revision %d: a second pod's snapshot over the first's", e.Step, e.Revision)
+		}
 	}
 }
 
