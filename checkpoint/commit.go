@@ -78,6 +78,11 @@ func (u *Uploader) commit(ctx context.Context, m *Manifest) (committed, error) {
 			return committed{}, err
 		}
 		key := manifestKey(m.target(), next)
+		if u.Fence != nil {
+			if err := u.Fence(ctx); err != nil {
+				return committed{}, fmt.Errorf("checkpoint: commit %s: %w", key, err)
+			}
+		}
 		_, err = u.Store.Put(ctx, key, bytes.NewReader(data), int64(len(data)), storage.PutOptions{IfNotExists: true})
 		if errors.Is(err, storage.ErrExists) {
 			continue // another writer took this revision: list again

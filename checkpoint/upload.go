@@ -84,6 +84,12 @@ type Uploader struct {
 	// pickle in the reading pass) with the snapshot's set of paths, and an
 	// upload with a file that is not whole fails with ErrInterrupted.
 	SkipFormatCheck bool
+	// Fence, when set, is called just before each manifest is written
+	// (after every chunk is stored): an error means no manifest is
+	// written, and the upload fails with it. It is how a lifeboat that
+	// finds another live pod of its rank (coord.Claim) commits nothing
+	// more. Set it before the first upload.
+	Fence func(ctx context.Context) error
 
 	// beforeOpen, when set (tests), runs before each open of a file to
 	// read it, between its stat and its open.

@@ -522,7 +522,8 @@ func (c *Coordinator) failed(op string, err error) bool {
 // cleanup deletes the records and steps of earlier runs: those written
 // more than keepEarlier before this lifeboat started, and those stamped
 // later than now by more than the clock skew (by a node whose clock was
-// ahead).
+// ahead); and the claims last renewed more than keepEarlier before it
+// started.
 func (c *Coordinator) cleanup(ctx context.Context) {
 	cut := c.cfg.Started.Add(-keepEarlier)
 	future := c.cfg.Now().Add(c.cfg.ClockSkew)
@@ -542,6 +543,21 @@ func (c *Coordinator) cleanup(ctx context.Context) {
 			c.cfg.Log.Warn("coord.cleanup_failed", "prefix", prefix, "err", err, "effect", "an earlier run's stop records stay; they never stop this run")
 			return
 		}
+	}
+	// Claims (claim.go) not renewed for keepEarlier before this start,
+	// by the store's times: pods of an earlier run that never released
+	// theirs, of any rank (one the world size no longer has too). A
+	// live pod renews its claim every second interval.
+	lctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	err := c.cfg.Store.List(lctx, ClaimPrefix, func(oi storage.ObjectInfo) error {
+		if !oi.ModTime.IsZero() && oi.ModTime.Before(cut) {
+			keys = append(keys, oi.Key)
+		}
+		return nil
+	})
+	cancel()
+	if err != nil {
+		c.cfg.Log.Warn("coord.cleanup_failed", "prefix", ClaimPrefix, "err", err, "effect", "an earlier run's claims stay; a stale claim never stops this run")
 	}
 	deleted := 0
 	for _, k := range keys {

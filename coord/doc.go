@@ -79,6 +79,28 @@
 // stop_requested() and stop_step() read it. Both files are named
 // ".lifeboat-..." and are never part of a checkpoint.
 //
+// # Claims
+//
+// Each lifeboat with a store also claims its rank (Claim), at every world
+// size, so that two live pods given one rank never mix their checkpoints:
+//
+//	coord/claim/rank-<R>/<run>.json   this lifeboat's claim, renewed every second Interval
+//
+// The run is the start time and a random suffix. A Claim writes its
+// claim and lists its rank's claims at Start, before anything is
+// committed, then renews and lists in turn, one request per Interval.
+// Another claim that changed since it was first listed is a live twin:
+// ErrRankClaimed, coord.rank_claimed, Conflict delivers it once, and the
+// claim is renewed at once with the conflict in it, so that a twin that
+// has listed it before sees it change and stops too (the pod that was
+// already training may instead find it stale once this one has exited,
+// having committed nothing, and go on alone). One older than this lifeboat's own claim by
+// more than StaleAfter (both times the store's, from one listing) is a
+// stopped pod's: ignored and deleted. Fence, called before each manifest,
+// waits while a claim is neither; Release (a stop begins, or the exit)
+// deletes the claim and opens the fence for the final upload, which a
+// replacement pod may overlap. docs/FORMAT.md has the layout.
+//
 // No failure of the store disturbs training: a failed request is logged
 // once (WARN) and retried at the next Interval.
 package coord

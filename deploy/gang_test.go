@@ -379,6 +379,7 @@ func checkJobSet(r reporter, g *jobSetGang) {
 		{"bad flag", 2, false, "FailJobSet"},
 		{"not executable", 126, false, "FailJobSet"},
 		{"not found", 127, false, "FailJobSet"},
+		{"two pods of one rank", 78, false, "FailJobSet"},
 		{"crash", 1, false, "RestartJobSet"},
 		{"OOM kill", 137, false, "RestartJobSet"},
 		{"exit 12", 12, false, "RestartJobSet"},
@@ -545,6 +546,7 @@ func checkVolcano(r reporter, g *volcanoGang) {
 		{"bad flag", "PodFailed", 2, "TerminateJob"},
 		{"not executable", "PodFailed", 126, "TerminateJob"},
 		{"not found", "PodFailed", 127, "TerminateJob"},
+		{"two pods of one rank", "PodFailed", 78, "TerminateJob"},
 	} {
 		if got := action(c.event, c.exit); got != c.want {
 			r.Errorf("%s (%s, exit %d): Volcano's action is %s, want %s", c.name, c.event, c.exit, got, c.want)
@@ -590,8 +592,8 @@ func TestGangChecksCatch(t *testing.T) {
 		{"preemption counted", "jobset", "action: RestartJobSetAndIgnoreMaxRestarts", "action: RestartJobSet", "lifeboat's preemption exit (exit 143, disrupted false): JobSet's action is RestartJobSet"},
 		{"143 retried by the Job alone", "jobset", "- action: FailJob\n                onExitCodes:\n                  containerName: trainer\n                  operator: In\n                  values: [143]",
 			"- action: Ignore\n                onExitCodes:\n                  containerName: trainer\n                  operator: In\n                  values: [143]", "the child Job does not fail"},
-		{"configuration error ahead of a disruption", "jobset", "values: [143]", "values: [2, 126, 127]", "preempted, with a configuration error (exit 2, disrupted true): JobSet's action is FailJobSet"},
-		{"config error restarted", "jobset", `"failed with exit code (2|126|127) matching FailJob rule"`, `"failed with exit code (126|127) matching FailJob rule"`, "bad flag (exit 2, disrupted false): JobSet's action is RestartJobSet"},
+		{"configuration error ahead of a disruption", "jobset", "values: [143]", "values: [2, 78, 126, 127]", "preempted, with a configuration error (exit 2, disrupted true): JobSet's action is FailJobSet"},
+		{"config error restarted", "jobset", `"failed with exit code (2|78|126|127) matching FailJob rule"`, `"failed with exit code (78|126|127) matching FailJob rule"`, "bad flag (exit 2, disrupted false): JobSet's action is RestartJobSet"},
 		{"Recreate", "jobset", "restartStrategy: BlockingRecreate", "restartStrategy: Recreate", "want BlockingRecreate"},
 		{"world size", "jobset", "name: WORLD_SIZE\n                      value: \"2\"", "name: WORLD_SIZE\n                      value: \"3\"", `WORLD_SIZE is "3"`},
 		{"coordinator", "jobset", "value: train-gang-node-0-0.train-gang", "value: train-gang-0.train-gang", "MASTER_ADDR"},

@@ -628,7 +628,8 @@ var jobChecks = []struct {
 		// The first rule that matches decides: a preempted pod is ignored
 		// before any exit code can fail the Job.
 		disruptionAt, firstFail := -1, -1
-		failOn2 := map[string]bool{} // container name ("" for all) whose exit 2 fails the Job
+		failOn2 := map[string]bool{}  // container name ("" for all) whose exit 2 fails the Job
+		failOn78 := map[string]bool{} // the same for exit 78: another live pod claims the rank
 		for i, r := range pfp.Rules {
 			for _, pc := range r.OnPodConditions {
 				if pc.Type == corev1.DisruptionTarget && r.Action == batchv1.PodFailurePolicyActionIgnore && disruptionAt < 0 {
@@ -653,12 +654,15 @@ var jobChecks = []struct {
 				if in == slices.Contains(ec.Values, 143) {
 					return fmt.Errorf("rule %d fails the Job on exit code 143, lifeboat's preemption code", i)
 				}
+				name := ""
+				if ec.ContainerName != nil {
+					name = *ec.ContainerName
+				}
 				if in && slices.Contains(ec.Values, 2) || !in && !slices.Contains(ec.Values, 2) {
-					name := ""
-					if ec.ContainerName != nil {
-						name = *ec.ContainerName
-					}
 					failOn2[name] = true
+				}
+				if in && slices.Contains(ec.Values, 78) || !in && !slices.Contains(ec.Values, 78) {
+					failOn78[name] = true
 				}
 			}
 		}
@@ -671,6 +675,9 @@ var jobChecks = []struct {
 			}
 			if !failOn2[lp.c.Name] && !failOn2[""] {
 				return fmt.Errorf("no rule `action: FailJob` on exit code 2 of container %s (lifeboat %s): a bad flag or LIFEBOAT_* value would be retried until backoffLimit", lp.c.Name, lp.sub)
+			}
+			if lp.sub == "run" && !failOn78[lp.c.Name] && !failOn78[""] {
+				return fmt.Errorf("no rule `action: FailJob` on exit code 78 of container %s (lifeboat run): two pods given one rank would be retried until backoffLimit", lp.c.Name)
 			}
 		}
 		return nil

@@ -25,5 +25,6 @@
 //	Normal  CheckpointRestored: a checkpoint was restored before the trainer (re)started
 //	Warning SaveInterrupted: an interrupted save was found and ignored
 //	Warning FreshStartOverProgress: the trainer starts from scratch although the store holds a complete step
+//	Warning RankClaimedTwice: another live pod claims this pod's rank; this one commits nothing more and exits 78
 //	Warning UploadFailing: uploads fail; at most one event per RateLimit, counting the failures between
 package kube

@@ -18,6 +18,7 @@ const (
 	ReasonInterrupted           = "SaveInterrupted"
 	ReasonUploadFailing         = "UploadFailing"
 	ReasonFreshStart            = "FreshStartOverProgress"
+	ReasonRankClaimed           = "RankClaimedTwice"
 )
 
 // Checkpoint-freshness annotations on lifeboat's pod. A scheduler plugin
@@ -180,6 +181,17 @@ func (c *Recorder) FreshStartOverProgress(step int64, line string) {
 	}
 	c.r.Event(Event{Type: Warning, Reason: ReasonFreshStart,
 		Message: fmt.Sprintf("training from scratch although the store holds complete step %d (line %s), which was not restored; lifeboat's resume.fresh_start log line says why", step, line)})
+}
+
+// RankClaimed records that another live pod (otherRun on otherHost)
+// claims this pod's rank: this pod (run) commits nothing more and exits
+// with code 78.
+func (c *Recorder) RankClaimed(run, otherRun, otherHost string) {
+	if c == nil {
+		return
+	}
+	c.r.Event(Event{Type: Warning, Reason: ReasonRankClaimed,
+		Message: fmt.Sprintf("another live pod (%s, run %s) trains as this pod's rank; this pod (run %s) commits nothing more and exits 78: give every pod its own rank", otherHost, otherRun, run)})
 }
 
 // UploadFailed records a failed upload attempt of step; the Reporter's

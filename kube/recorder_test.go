@@ -164,6 +164,15 @@ func TestPreemptionEvents(t *testing.T) {
 			t.Errorf("events %v", bodies(ev))
 		}
 	})
+	t.Run("rank claimed twice", func(t *testing.T) {
+		ev := run(t, func(rec *Recorder) {
+			rec.RankClaimed("run-b", "run-a", "train-1-abcde")
+		})
+		if len(ev) != 1 || ev[0].Body["reason"] != ReasonRankClaimed || ev[0].Body["type"] != Warning ||
+			ev[0].Body["message"] != "another live pod (train-1-abcde, run run-a) trains as this pod's rank; this pod (run run-b) commits nothing more and exits 78: give every pod its own rank" {
+			t.Errorf("events %v", bodies(ev))
+		}
+	})
 	t.Run("interrupted and restored", func(t *testing.T) {
 		ev := run(t, func(rec *Recorder) {
 			rec.Restored(900, "store", 2.25)

@@ -21,7 +21,7 @@
 //     (ls) after each step, as steps x ranks grow, and of rank 0's Prune
 //     with -keep after each step past -keep, as lifeboat run does.
 //  3. Every rank calling Latest at once, as a job's restore does.
-//  4. Idle watching: a coord.Coordinator per rank for -watch-window at
+//  4. Idle watching: a coord.Coordinator and a coord.Claim per rank for -watch-window at
 //     -watch-interval; requests per rank per second and per interval.
 //
 // Then, once, -latest-ranks ranks x -keep steps are committed (through one
@@ -279,6 +279,11 @@ func measure(ctx context.Context, o options, n int, prefix string) (*result, err
 			return nil, err
 		}
 		wg.Go(func() { c.Run(wctx) })
+		cl, err := coord.NewClaim(coord.ClaimConfig{Store: stores[r], Rank: r, WorldSize: n, Interval: o.watchInterval, Started: started})
+		if err != nil {
+			return nil, err
+		}
+		wg.Go(func() { cl.Start(wctx); cl.Loop(wctx) })
 	}
 	wg.Wait()
 	for r := range n {
@@ -410,7 +415,7 @@ func report(o options, rs []*result, big *cost) {
 			req, per(sum.Put, k), per(sum.Get, k), per(sum.Stat, k), per(sum.Pages, k), per(sum.Keys, k), lo, hi, req/base)
 	}
 
-	fmt.Printf("\n### Idle: stop watching, one coord.Coordinator per rank, %s interval, %s window\n\n", o.watchInterval, o.watchWindow)
+	fmt.Printf("\n### Idle: stop watching and the claim of the rank, one coord.Coordinator and one coord.Claim per rank, %s interval, %s window\n\n", o.watchInterval, o.watchWindow)
 	ticks := int(o.watchWindow / o.watchInterval)
 	fmt.Printf("Ranks 1..N-1 (rank 0 separately: it also deletes an earlier run's stop records at start). %d intervals in the window.\n\n", ticks)
 	fmt.Println("| ranks | requests per rank per second | LIST pages per rank per interval | other requests | rank 0's requests in the window | vs 8 ranks |")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lifeboat-project/lifeboat/agent"
 	"github.com/lifeboat-project/lifeboat/checkpoint"
+	"github.com/lifeboat-project/lifeboat/coord"
 	"github.com/lifeboat-project/lifeboat/kube"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
@@ -230,6 +231,13 @@ func (o *kubeOptions) stopping(at, end time.Time) {
 	}
 	o.rec.Stopping(at)
 	o.stopEnd.Store(end.UnixNano())
+}
+
+// rankClaimed records that another live pod, t, claims this pod's rank.
+func (o *kubeOptions) rankClaimed(run string, t coord.Twin) {
+	if o.rec != nil {
+		o.rec.RankClaimed(run, t.Run, t.Host)
+	}
 }
 
 // flushed records the end of the final upload.

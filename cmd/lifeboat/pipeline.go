@@ -204,6 +204,7 @@ func writeResumeFile(dir string, r *resume.Point, log *slog.Logger) {
 type pipeline struct {
 	store    storage.Store
 	agent    *agent.Agent
+	uploader *checkpoint.Uploader // the agent's
 	resume   *resume.Point
 	env      []string // for the trainer
 	dir      string
@@ -377,6 +378,7 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	}
 	u := &checkpoint.Uploader{Store: s, Workers: co.workers, Producer: "lifeboat " + version, Log: log,
 		SkipFormatCheck: co.verifyFormat == "off"}
+	p.uploader = u
 	p.agent, err = agent.New(agent.Config{Dir: dir, Watcher: w, Uploader: u, Rank: ro.rank, WorldSize: ro.worldSize,
 		Interval: co.interval, Keep: co.keep, Log: log, Settle: co.settle, VerifyFormat: co.verifyFormat != "off", Line: line})
 	if err != nil {

@@ -277,11 +277,21 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 	if err != nil {
 		return err
 	}
+	// The claim of this rank, before the agent commits anything: another
+	// live pod of the rank stops this one (exit codeRankClaimed).
+	cl, err := o.coord.claim(bg, p, cfg.Log)
+	if err != nil {
+		return err
+	}
+	cfg.Notices = claimNotices(bg, cfg.Notices, cl, &o.kube)
 	// What a stop reaches besides the trainer: the grace budget's metric,
-	// the other ranks (a job-wide stop) and the pod's annotations.
+	// the other ranks (a job-wide stop), the claim of the rank (released:
+	// a replacement pod may start while the final upload runs) and the
+	// pod's annotations.
 	cfg.OnStop = func(end time.Time) {
 		m.SetGraceEnd(end)
 		js.begin(end)
+		releaseClaim(cl)
 		o.kube.stopping(time.Now(), end)
 	}
 	if p != nil {
@@ -295,6 +305,7 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 				js.common(ctx, p.agent)
 			}
 			o.kube.flushed(stopped, err)
+			settleClaim(ctx, cl)
 			js.settle(ctx)
 			return err
 		}
@@ -316,5 +327,8 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 	}
 	m.SetReady(true)
 	cfg.Signals = startup.handOff()
-	return supervisor.Run(ctx, cfg)
+	err = supervisor.Run(ctx, cfg)
+	return claimedCode(cl, err, func(msg string) {
+		supervisor.WriteTerminationLog(cfg.TerminationLog, cfg.TerminationLogCreate, msg, cfg.Log)
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lifeboat-project/lifeboat/agent"
+	"github.com/lifeboat-project/lifeboat/coord"
 	"github.com/lifeboat-project/lifeboat/signals"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
@@ -91,6 +92,14 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 	if err != nil {
 		return err
 	}
+	cl, err := o.coord.claim(agentCtx, p, log)
+	if err != nil {
+		return err
+	}
+	var twin <-chan coord.Twin
+	if cl != nil {
+		twin = cl.Conflict()
+	}
 	done := make(chan struct{})
 	go func() { p.agent.Run(agentCtx); close(done) }()
 	go feedMetrics(agentCtx, m, p, time.Second)
@@ -100,7 +109,16 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 	select {
 	case sig = <-sigs:
 	case <-ctx.Done():
+	case t := <-twin:
+		// Another live pod uploads as this rank: nothing more is
+		// committed here (the claim's fence refuses it), and the
+		// sidecar exits at once, loudly.
+		o.kube.rankClaimed(cl.Run(), t)
+		cancel()
+		<-done
+		return claimedCode(cl, nil, func(msg string) { supervisor.WriteTerminationLog(kubeTerminationLog, false, msg, log) })
 	}
+	releaseClaim(cl)
 	stopAt := time.Now()
 	o.kube.stopping(stopAt, stopAt.Add(o.grace))
 	if sig != nil {
@@ -124,6 +142,7 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 		js.common(fctx, p.agent)
 	}
 	js.settle(fctx)
+	settleClaim(fctx, cl)
 	<-done
 	o.kube.flushed(true, err)
 	if err != nil {
