@@ -91,7 +91,7 @@ type Claim struct {
 	twin     *Twin
 	stopping bool
 	beat     int64
-	warned   map[string]bool
+	warned   warnings
 }
 
 // NewClaim checks cfg and names this lifeboat's run.
@@ -121,7 +121,7 @@ func NewClaim(cfg ClaimConfig) (*Claim, error) {
 	_, _ = rand.Read(b)
 	run := cfg.Started.UTC().Format(idTime) + "-" + hex.EncodeToString(b)
 	return &Claim{cfg: cfg, run: run, key: claimKey(cfg.Rank, run), release: make(chan struct{}), done: make(chan struct{}), twinC: make(chan Twin, 1),
-		changed: make(chan struct{}), others: map[string]*other{}, warned: map[string]bool{}}, nil
+		changed: make(chan struct{}), others: map[string]*other{}, warned: warnings{}}, nil
 }
 
 // claimPrefix holds the claims of rank.
@@ -359,16 +359,5 @@ func (c *Claim) conflict(ctx context.Context, t Twin) {
 func (c *Claim) failed(op string, err error) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err == nil {
-		if c.warned[op] {
-			delete(c.warned, op)
-			c.cfg.Log.Info("coord.store_recovered", "op", op)
-		}
-		return false
-	}
-	if !c.warned[op] {
-		c.warned[op] = true
-		c.cfg.Log.Warn("coord.store_failed", "op", op, "err", err, "effect", "training goes on; retried every interval")
-	}
-	return true
+	return c.warned.failed(c.cfg.Log, op, err)
 }

@@ -131,7 +131,7 @@ type Coordinator struct {
 	req       int64
 	hasReq    bool
 	published string // the report key stored
-	warned    map[string]bool
+	warned    warnings
 	future    map[string]bool // records stamped in the future when first seen: never followed
 }
 
@@ -147,7 +147,7 @@ func New(cfg Config) (*Coordinator, error) {
 			return nil, fmt.Errorf("coord: remove an earlier run's stop files: %w", err)
 		}
 	}
-	return &Coordinator{cfg: cfg, begin: make(chan local, 1), check: make(chan chan struct{}), peer: make(chan Stop, 1), stored: make(chan struct{}), warned: map[string]bool{}, future: map[string]bool{}}, nil
+	return &Coordinator{cfg: cfg, begin: make(chan local, 1), check: make(chan chan struct{}), peer: make(chan Stop, 1), stored: make(chan struct{}), warned: warnings{}, future: map[string]bool{}}, nil
 }
 
 // Begin says a stop began on this rank (a signal, a cloud notice, the
@@ -505,18 +505,7 @@ func (c *Coordinator) writeStopFile(step *int64) {
 // failed logs a failed store request once per streak, and its recovery.
 // It reports whether err is set.
 func (c *Coordinator) failed(op string, err error) bool {
-	if err == nil {
-		if c.warned[op] {
-			delete(c.warned, op)
-			c.cfg.Log.Info("coord.store_recovered", "op", op)
-		}
-		return false
-	}
-	if !c.warned[op] {
-		c.warned[op] = true
-		c.cfg.Log.Warn("coord.store_failed", "op", op, "err", err, "effect", "training goes on; retried every interval")
-	}
-	return true
+	return c.warned.failed(c.cfg.Log, op, err)
 }
 
 // cleanup deletes the records and steps of earlier runs: those written
