@@ -77,6 +77,9 @@ func (c *Coordinator) look(ctx context.Context, force bool) (list bool, f flagSt
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
 	f, err := statFlag(rctx, c.cfg.Store)
+	if ctx.Err() != nil {
+		return false, f, false // Run is ending
+	}
 	known = !c.failed("stat stop flag", err)
 	c.unlisted++
 	due := time.Duration(c.unlisted)*c.cfg.Interval >= relistAfter
