@@ -480,7 +480,7 @@ func reportIdle(o options, rs []*result) {
 	fmt.Printf("\n### Idle: stop watching and the claim of the rank, one coord.Coordinator and one coord.Claim per rank, %s interval, %s window\n\n", o.watchInterval, o.watchWindow)
 	ticks := int(o.watchWindow / o.watchInterval)
 	fmt.Printf("Ranks 1..N-1 (rank 0 separately: it also deletes an earlier run's stop records at start). %d intervals in the window; per rank per interval, the stop watching (the Coordinator) apart from the claim.\n\n", ticks)
-	fmt.Println("| ranks | requests per rank per second | watching: HEAD | LIST pages | other | claim: PUT | LIST pages | other | rank 0's requests in the window | vs the first size |")
+	fmt.Println("| ranks | requests per rank per second | watching: HEAD per interval | LIST pages per rank in the window | other | claim: PUT per interval | LIST pages per interval | other | rank 0's requests in the window | vs the first size |")
 	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var ibase float64
 	for _, r := range rs {
@@ -496,7 +496,7 @@ func reportIdle(o options, rs []*result) {
 		k := others * ticks
 		w, cl := r.watch, r.idle.sub(r.watch)
 		fmt.Printf("| %d | %.2f | %s | %s | %s | %s | %s | %s | %d | %.2fx |\n", r.n, rate,
-			per(w.Stat, k), per(w.Pages, k), per(w.Requests()-w.Stat-w.Pages, k),
+			per(w.Stat, k), per(w.Pages, others), per(w.Requests()-w.Stat-w.Pages, k),
 			per(cl.Put, k), per(cl.Pages, k), per(cl.Requests()-cl.Put-cl.Pages, k), r.idleRank0.Requests(), rate/ibase)
 	}
 }
