@@ -380,3 +380,36 @@ func TestRecordWithoutFlag(t *testing.T) {
 		t.Fatalf("look %d (relistAfter): peer stop %+v (%v), want %s", looks, got, ok, s.ID)
 	}
 }
+
+// TestFlagChangesWithEveryStop: two stops of the same size flagged within
+// the same second leave flags that a watching rank tells apart (by the
+// SHA-256 the backend keeps, or the time), on every store; the same
+// flag read twice is the same.
+func TestFlagChangesWithEveryStop(t *testing.T) {
+	eachStore(t, func(t *testing.T, st storage.Store) {
+		ctx := context.Background()
+		now := time.Now().Truncate(time.Second)
+		var states []flagState
+		for i, s := range []Stop{{Rank: 1, Reason: "SIGTERM", Written: now}, {Rank: 2, Reason: "SIGTERM", Written: now}} {
+			if err := Flag(ctx, st, s); err != nil {
+				t.Fatal(err)
+			}
+			f, err := statFlag(ctx, st)
+			if err != nil || !f.present {
+				t.Fatalf("flag %d: %+v, %v", i, f, err)
+			}
+			again, err := statFlag(ctx, st)
+			if err != nil || !again.equal(f) {
+				t.Fatalf("flag %d read twice: %+v, then %+v (%v)", i, f, again, err)
+			}
+			states = append(states, f)
+		}
+		if states[0].size != states[1].size {
+			t.Fatalf("sizes %d and %d: the test wants flags of one size", states[0].size, states[1].size)
+		}
+		if states[0].equal(states[1]) {
+			t.Errorf("two different stops' flags look the same: %+v", states[0])
+		}
+		t.Logf("flags: %+v, %+v", states[0], states[1])
+	})
+}
