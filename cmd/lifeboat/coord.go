@@ -273,7 +273,7 @@ func (j *jobStop) settle(ctx context.Context) {
 		return
 	}
 	if err := j.c.Settle(ctx); err != nil {
-		j.log.Warn("coord.stop_not_stored", "err", err, "effect", "the other ranks are not stopped through the store")
+		j.log.Warn("coord.stop_not_stored", "err", err, "effect", "without its record the other ranks are not stopped through the store; without the flag, only at their next full listing (every 5 minutes) or when their trainer fails")
 	}
 }
 
