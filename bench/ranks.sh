@@ -19,6 +19,7 @@
 #   RANKS=LIST      numbers of ranks, comma-separated (default 1,8,32,128)
 #   STEPS=N         steps every rank commits (default 4)
 #   LATEST_RANKS=N  ranks of the one large "latest" measurement (default 1000, 0: none)
+#   IDLE_ONLY=1     measure only 2. (the idle watching), at RANKS
 #   BENCH_DIR=DIR   scratch space (default: a new temp dir, removed after)
 #   LIFEBOAT_CACHE  where tool binaries are cached (see scripts/minio.sh)
 set -euo pipefail
@@ -47,4 +48,6 @@ go build -o "$work/ranksbench" ./bench/ranksbench
 
 start_minio "$work/minio"
 log "machine: $(nproc) cores, $(uname -r)"
-"$work/ranksbench" -work "$work/runs" -ranks "$RANKS" -steps "$STEPS" -keep 3 -latest-ranks "$LATEST_RANKS"
+idle=()
+[[ ${IDLE_ONLY:-} != 1 ]] || idle=(-idle-only)
+"$work/ranksbench" -work "$work/runs" -ranks "$RANKS" -steps "$STEPS" -keep 3 -latest-ranks "$LATEST_RANKS" "${idle[@]}"

@@ -13,7 +13,8 @@ import (
 	"github.com/lifeboat-project/lifeboat/storage"
 )
 
-// DefaultInterval is how often the store is asked for stop records.
+// DefaultInterval is how often the store is asked whether a stop began
+// (a HEAD of the stop flag; see FlagKey).
 const DefaultInterval = 2 * time.Second
 
 // DefaultClockSkew is how far the nodes' clocks may disagree: a stop
@@ -32,8 +33,9 @@ type Config struct {
 	Store           storage.Store
 	Rank, WorldSize int
 	Host            string // the pod's name, for the record
-	// Interval is the period of the one LIST that watches for stops (and,
-	// during a stop, of the step agreement's requests). Positive.
+	// Interval is the period of the one HEAD of the stop flag that
+	// watches for stops (and, during a stop, of the step agreement's
+	// requests). Positive.
 	Interval time.Duration
 	// Started is when this lifeboat started (before the store was opened
 	// and the checkpoint restored).
@@ -117,22 +119,27 @@ type Coordinator struct {
 	once  sync.Once
 	peer  chan Stop
 
-	mu     sync.Mutex
-	joined *Stop
-	begun  atomic.Bool   // Begin was called
-	stored chan struct{} // closed when Begin's record is stored, or not needed
+	mu           sync.Mutex
+	joined       *Stop
+	begun        atomic.Bool   // Begin was called
+	recordStored atomic.Bool   // this rank's record is stored (Settle's error says which part is missing)
+	stored       chan struct{} // closed when Begin's record and the flag are stored, or not needed
 
 	// Run's own.
-	phase     phase
-	since     time.Time // when this rank's stop began
-	own       Stop      // this rank's record; ID empty if none
-	ownStored bool
-	job       Stop // the job-wide stop: the lowest record known
-	req       int64
-	hasReq    bool
-	published string // the report key stored
-	warned    warnings
-	future    map[string]bool // records stamped in the future when first seen: never followed
+	phase      phase
+	since      time.Time // when this rank's stop began
+	own        Stop      // this rank's record; ID empty if none
+	ownStored  bool
+	job        Stop // the job-wide stop: the lowest record known
+	req        int64
+	hasReq     bool
+	published  string    // the report key stored
+	ownFlagged bool      // the stop flag names own
+	flag       flagState // the stop flag when the records were last listed
+	listed     bool      // the records were listed at least once
+	unlisted   int       // looks since the records were last listed
+	warned     warnings
+	future     map[string]bool // records stamped in the future when first seen: never followed
 }
 
 // New checks cfg and removes the files an earlier run left in cfg.Dir
@@ -196,9 +203,10 @@ func (c *Coordinator) Joined() (Stop, bool) {
 }
 
 // Settle waits until the stop record of a stop that began on this rank
-// is stored, or ctx ends: lifeboat may exit a moment after its stop began
-// (a trainer that dies at SIGTERM, nothing left to upload), and the other
-// ranks must still see the record. It returns at once when no stop began
+// and then the stop flag are stored, or ctx ends: lifeboat may exit a
+// moment after its stop began (a trainer that dies at SIGTERM, nothing
+// left to upload), and the other ranks must still see the record, which
+// they list when the flag changes. It returns at once when no stop began
 // here, or this rank followed another's.
 func (c *Coordinator) Settle(ctx context.Context) error {
 	if !c.begun.Load() {
@@ -208,7 +216,10 @@ func (c *Coordinator) Settle(ctx context.Context) error {
 	case <-c.stored:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("coord: this rank's stop record is not stored: %w", context.Cause(ctx))
+		if !c.recordStored.Load() {
+			return fmt.Errorf("coord: this rank's stop record is not stored: %w", context.Cause(ctx))
+		}
+		return fmt.Errorf("coord: this rank's stop flag is not stored (its record is: the other ranks see it when they next list the records, within %s, or when their trainer fails): %w", relistAfter, context.Cause(ctx))
 	}
 }
 
@@ -242,7 +253,7 @@ func (c *Coordinator) Run(ctx context.Context) {
 			c.tick(ctx)
 		case reply := <-c.check:
 			if c.phase == watching {
-				c.watch(ctx)
+				c.watch(ctx, true)
 			}
 			close(reply)
 		case <-polling:
@@ -262,10 +273,10 @@ func (c *Coordinator) Run(ctx context.Context) {
 
 func (c *Coordinator) tick(ctx context.Context) {
 	if c.phase == watching {
-		c.watch(ctx)
+		c.watch(ctx, false)
 		return
 	}
-	if c.own.ID != "" && !c.ownStored {
+	if c.own.ID != "" && !c.ownFlagged {
 		c.writeOwn(ctx)
 	}
 	if c.phase == stopping && c.hasReq {
@@ -311,11 +322,21 @@ func (c *Coordinator) counts(id, own string, now time.Time) (ok bool, ahead time
 	return true, t.Sub(now)
 }
 
-// watch is one look for another rank's stop.
-func (c *Coordinator) watch(ctx context.Context) {
+// watch is one look for another rank's stop: a Stat of the stop flag
+// and, when the flag changed (or look says so otherwise), a listing of
+// the records. force lists whatever the flag says (Check).
+func (c *Coordinator) watch(ctx context.Context, force bool) {
+	list, f, known := c.look(ctx, force)
+	if !list {
+		return
+	}
 	ids, err := c.listStops(ctx)
 	if err != nil {
-		return
+		return // the flag is not remembered: the next look lists again
+	}
+	c.listed, c.unlisted = true, 0
+	if known {
+		c.flag = f
 	}
 	valid := c.valid(ids)
 	if len(valid) == 0 {
@@ -369,24 +390,35 @@ func (c *Coordinator) beginLocal(ctx context.Context, l local) {
 	c.writeOwn(ctx)
 }
 
+// writeOwn stores this rank's stop record, then the stop flag that makes
+// the watching ranks list the records; what failed is tried again at the
+// next Interval. The flag comes second: a rank that sees it changed
+// lists a record that is already there.
 func (c *Coordinator) writeOwn(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	_, err := Write(rctx, c.cfg.Store, c.own)
-	if errors.Is(err, storage.ErrExists) {
-		err = nil // an earlier try stored it and its answer was lost
+	if !c.ownStored {
+		_, err := Write(rctx, c.cfg.Store, c.own)
+		if errors.Is(err, storage.ErrExists) {
+			err = nil // an earlier try stored it and its answer was lost
+		}
+		if c.failed("write stop", err) {
+			return
+		}
+		c.ownStored = true
+		c.recordStored.Store(true)
+		args := []any{"stop_id", c.own.ID, "rank", c.own.Rank, "host", c.own.Host, "reason", c.own.Reason}
+		if !c.own.Deadline.IsZero() {
+			// One time format in every log line: RFC 3339, UTC, milliseconds.
+			args = append(args, "deadline", c.own.Deadline.UTC().Format("2006-01-02T15:04:05.999Z07:00"))
+		}
+		c.cfg.Log.Info("coord.stop_written", append(args, "effect", "every other rank stops too")...)
 	}
-	if c.failed("write stop", err) {
+	if c.failed("write stop flag", Flag(rctx, c.cfg.Store, c.own)) {
 		return
 	}
-	c.ownStored = true
+	c.ownFlagged = true
 	close(c.stored)
-	args := []any{"stop_id", c.own.ID, "rank", c.own.Rank, "host", c.own.Host, "reason", c.own.Reason}
-	if !c.own.Deadline.IsZero() {
-		// One time format in every log line: RFC 3339, UTC, milliseconds.
-		args = append(args, "deadline", c.own.Deadline.UTC().Format("2006-01-02T15:04:05.999Z07:00"))
-	}
-	c.cfg.Log.Info("coord.stop_written", append(args, "effect", "every other rank stops too")...)
 }
 
 // readRequest reads the trainer's step request and, when it is new,

@@ -303,9 +303,7 @@ func TestStaleStops(t *testing.T) {
 		if _, ok := rs[0].stopFile(t); ok {
 			t.Fatal("a stop file for a stale stop")
 		}
-		if _, err := Write(ctx, st, Stop{Rank: 1, Reason: "SIGTERM", Written: started.Add(-DefaultClockSkew / 2)}); err != nil {
-			t.Fatal(err)
-		}
+		announce(t, st, Stop{Rank: 1, Reason: "SIGTERM", Written: started.Add(-DefaultClockSkew / 2)})
 		select {
 		case s := <-rs[0].Peer():
 			if s.Reason != "SIGTERM" {
@@ -434,23 +432,34 @@ func TestStepNotEveryRankAsked(t *testing.T) {
 // stop at the same moment: neither sees the other's record before its own
 // stop began. Listings show no stop record until both are written;
 // otherwise a pause of the test between the two Begins lets rank 1 see
-// rank 2's record and follow it instead. It returns once rank 0 follows
+// rank 2's record and follow it instead. The stop flag is hidden as long,
+// and appears once with both flags written. It returns once rank 0 follows
 // the stop, with the store the ranks use.
 func twoStopAtOnce(t *testing.T, inner storage.Store) ([]*rank, storage.Store) {
 	t.Helper()
 	var hide atomic.Bool
 	hide.Store(true)
-	st := &mem.FaultStore{Inner: inner, OnList: func(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
-		if hide.Load() && strings.HasPrefix(prefix, StopPrefix) {
-			return nil
-		}
-		return inner.List(ctx, prefix, fn)
-	}}
+	st := &mem.FaultStore{Inner: inner,
+		OnList: func(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
+			if hide.Load() && strings.HasPrefix(prefix, StopPrefix) {
+				return nil
+			}
+			return inner.List(ctx, prefix, fn)
+		},
+		OnStat: func(ctx context.Context, key string) (storage.ObjectInfo, error) {
+			if hide.Load() && key == FlagKey {
+				return storage.ObjectInfo{}, storage.ErrNotExist
+			}
+			return inner.Stat(ctx, key)
+		},
+	}
 	rs := startRanks(t, st, 3, time.Now(), time.Minute, 0, 1, 2)
 	rs[2].Begin("SIGTERM", time.Time{})
 	rs[1].Begin("SIGTERM", time.Time{})
 	for _, r := range rs[1:] {
-		eventually(t, "both stop records written", func() bool { return len(r.log.records("coord.stop_written")) == 1 })
+		if err := r.Settle(context.Background()); err != nil { // the record and the flag
+			t.Fatal(err)
+		}
 	}
 	hide.Store(false)
 	<-rs[0].Peer()
@@ -615,9 +624,7 @@ func TestFutureStops(t *testing.T) {
 		}
 		rs := startRanks(t, st, 3, started, time.Minute, 1)
 		eventually(t, "coord.stop_from_future logged", func() bool { return len(rs[0].log.records("coord.stop_from_future")) > 0 })
-		if _, err := Write(ctx, st, Stop{Rank: 2, Reason: "SIGTERM", Written: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
+		announce(t, st, Stop{Rank: 2, Reason: "SIGTERM", Written: time.Now()})
 		select {
 		case s := <-rs[0].Peer():
 			if s.Reason != "SIGTERM" {

@@ -9,6 +9,7 @@
 // the store's prefix:
 //
 //	coord/stop/<time>-rank-<R>.json           one stop record, create-only
+//	coord/stop-flag.json                      the stop flag: the newest stop's record, overwritten
 //	coord/steps/<stop id>/rank-<R>.step-<N>   rank R's trainer is at step N
 //	coord/steps/<stop id>/agreed.json         the step every rank saves, create-only
 //	coord/steps/<stop id>/flushed-rank-<R>.step-<N>  rank R's newest committed step after its final upload (.none: none)
@@ -21,8 +22,21 @@
 //
 // # Watching
 //
-// Each rank's Coordinator lists coord/stop/ once per Interval: one LIST
-// request, however many ranks there are. A record counts when it was
+// A rank that stops stores its record, then overwrites the stop flag
+// (FlagKey) with the same bytes. Each rank's Coordinator lists
+// coord/stop/ at its first look; then, once per Interval, it asks the
+// store for the flag's metadata only (a HEAD: size, time and SHA-256),
+// and lists coord/stop/ again only when the flag changed since the
+// listing before. The flag is written after the record, and its state is
+// taken before the listing, so a stop written at any moment is listed at
+// the next look after its flag; the records decide, by the rules below,
+// and the flag left by an earlier run's stop, unchanged, makes no
+// listing. A look whose HEAD fails lists as before; Check always lists;
+// and every 5 minutes a rank lists anyway, so that a record whose flag
+// was never written (its writer was killed between the two PUTs, or
+// cannot overwrite the flag) is still followed, later. Nobody deletes the
+// flag: it is one small object, and a deletion would race with a new
+// stop's write. A record counts when it was
 // written by another rank no earlier than ClockSkew (default 250ms) before
 // this lifeboat started (the writer's clock against this node's). An
 // earlier run's record is older than that: the old processes had to take

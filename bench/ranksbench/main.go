@@ -22,7 +22,8 @@
 //     with -keep after each step past -keep, as lifeboat run does.
 //  3. Every rank calling Latest at once, as a job's restore does.
 //  4. Idle watching: a coord.Coordinator and a coord.Claim per rank for -watch-window at
-//     -watch-interval; requests per rank per second and per interval.
+//     -watch-interval; requests per rank per second, and per interval by kind, the
+//     stop watching apart from the claim. -idle-only measures this alone.
 //
 // Then, once, -latest-ranks ranks x -keep steps are committed (through one
 // Uploader) and Latest and List are measured on them.
@@ -59,6 +60,7 @@ type options struct {
 	watchInterval time.Duration
 	watchWindow   time.Duration
 	latestRanks   int
+	idleOnly      bool
 }
 
 func main() {
@@ -73,6 +75,7 @@ func main() {
 	flag.DurationVar(&o.watchInterval, "watch-interval", 500*time.Millisecond, "coord interval while watching")
 	flag.DurationVar(&o.watchWindow, "watch-window", 5*time.Second, "how long the ranks watch")
 	flag.IntVar(&o.latestRanks, "latest-ranks", 1000, "ranks of the one large Latest measurement (0: none)")
+	flag.BoolVar(&o.idleOnly, "idle-only", false, "measure only the idle watching (step 4)")
 	flag.Parse()
 	for _, f := range strings.Split(ranks, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -102,6 +105,7 @@ type result struct {
 	together  cost            // every rank's Latest at once (summed)
 	idle      counts          // all ranks but rank 0, while watching
 	idleRank0 counts
+	watch     counts // the Coordinators' part of idle (the rest is the claims')
 }
 
 // cost is the requests and time of one call.
@@ -151,7 +155,7 @@ func run(ctx context.Context, o options) error {
 		results = append(results, r)
 	}
 	var big *cost
-	if o.latestRanks > 0 {
+	if o.latestRanks > 0 && !o.idleOnly {
 		log.Printf("ranksbench: Latest over %d ranks x %d steps", o.latestRanks, o.keep)
 		c, err := measureLarge(ctx, o, fmt.Sprintf("ranks-%s/large%05d", stamp, o.latestRanks))
 		if err != nil {
@@ -174,6 +178,9 @@ func measure(ctx context.Context, o options, n int, prefix string) (*result, err
 		}
 		stores[r] = st
 		ups[r] = &checkpoint.Uploader{Store: st, Workers: 2}
+	}
+	if o.idleOnly {
+		return res, measureIdle(ctx, o, res, stores)
 	}
 	observer, err := newStore(ctx, o.bucket, prefix)
 	if err != nil {
@@ -265,23 +272,33 @@ func measure(ctx context.Context, o options, n int, prefix string) (*result, err
 		}
 		res.together.latest = res.together.latest.add(stores[r].snapshot().sub(before[r]))
 	}
+	return res, measureIdle(ctx, o, res, stores)
+}
 
-	// Idle watching.
+// measureIdle runs a coord.Coordinator and a coord.Claim per rank for
+// -watch-window on the ranks' clients; each Coordinator counts its own
+// requests too, apart from the claim's.
+func measureIdle(ctx context.Context, o options, res *result, stores []*countingStore) error {
+	n := len(stores)
 	wctx, cancel := context.WithTimeout(ctx, o.watchWindow)
 	defer cancel()
 	started := time.Now()
+	before := make([]counts, n)
+	watch := make([]*countingStore, n)
 	for r := range n {
 		before[r] = stores[r].snapshot()
+		watch[r] = &countingStore{Store: stores[r]}
 	}
+	var wg sync.WaitGroup
 	for r := range n {
-		c, err := coord.New(coord.Config{Store: stores[r], Rank: r, WorldSize: n, Interval: o.watchInterval, Started: started})
+		c, err := coord.New(coord.Config{Store: watch[r], Rank: r, WorldSize: n, Interval: o.watchInterval, Started: started})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		wg.Go(func() { c.Run(wctx) })
 		cl, err := coord.NewClaim(coord.ClaimConfig{Store: stores[r], Rank: r, WorldSize: n, Interval: o.watchInterval, Started: started})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		wg.Go(func() { cl.Start(wctx); cl.Loop(wctx) })
 	}
@@ -292,9 +309,10 @@ func measure(ctx context.Context, o options, n int, prefix string) (*result, err
 			res.idleRank0 = d
 		} else {
 			res.idle = res.idle.add(d)
+			res.watch = res.watch.add(watch[r].snapshot())
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // lookCost measures one Latest and one List.
@@ -385,6 +403,10 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float
 func per(v int64, n int) string { return strconv.FormatFloat(float64(v)/float64(n), 'f', 2, 64) }
 
 func report(o options, rs []*result, big *cost) {
+	if o.idleOnly {
+		reportIdle(o, rs)
+		return
+	}
 	fmt.Printf("\n### Commit: every rank uploads a %d-byte checkpoint of the same step (%d steps; medians over steps 2..%d)\n\n", o.size, o.steps, o.steps)
 	fmt.Println("| ranks | start to last rank's commit | last commit to Latest = step | requests per rank per commit | PUT | GET | HEAD | LIST pages | keys listed | fewest..most of one rank | vs 1 rank |")
 	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -415,26 +437,7 @@ func report(o options, rs []*result, big *cost) {
 			req, per(sum.Put, k), per(sum.Get, k), per(sum.Stat, k), per(sum.Pages, k), per(sum.Keys, k), lo, hi, req/base)
 	}
 
-	fmt.Printf("\n### Idle: stop watching and the claim of the rank, one coord.Coordinator and one coord.Claim per rank, %s interval, %s window\n\n", o.watchInterval, o.watchWindow)
-	ticks := int(o.watchWindow / o.watchInterval)
-	fmt.Printf("Ranks 1..N-1 (rank 0 separately: it also deletes an earlier run's stop records at start). %d intervals in the window.\n\n", ticks)
-	fmt.Println("| ranks | requests per rank per second | LIST pages per rank per interval | other requests | rank 0's requests in the window | vs 8 ranks |")
-	fmt.Println("|---:|---:|---:|---:|---:|---:|")
-	var ibase float64
-	for _, r := range rs {
-		others := r.n - 1
-		if others == 0 {
-			fmt.Printf("| %d | (rank 0 only) %.2f | %.2f | %d | %d | |\n", r.n, float64(r.idleRank0.Requests())/o.watchWindow.Seconds(),
-				float64(r.idleRank0.Pages)/float64(ticks), r.idleRank0.Requests()-r.idleRank0.Pages, r.idleRank0.Requests())
-			continue
-		}
-		rate := float64(r.idle.Requests()) / float64(others) / o.watchWindow.Seconds()
-		if ibase == 0 {
-			ibase = rate
-		}
-		fmt.Printf("| %d | %.2f | %.2f | %d | %d | %.2fx |\n", r.n, rate, float64(r.idle.Pages)/float64(others*ticks),
-			r.idle.Requests()-r.idle.Pages, r.idleRank0.Requests(), rate/ibase)
-	}
+	reportIdle(o, rs)
 
 	fmt.Printf("\n### Latest (restore) and List (ls) as steps x ranks grow (rank 0 prunes to --keep %d after each step past it)\n\n", o.keep)
 	fmt.Println("| ranks | steps stored | manifests | Latest: LIST pages | GETs | time | List: LIST pages | GETs | time |")
@@ -469,5 +472,31 @@ func report(o options, rs []*result, big *cost) {
 		}
 		fmt.Printf("| %d | %d | %d | %s | %s | %d | %d | %d | %d | %s |\n", r.n, t.latest.Get, t.latest.Pages, ms(t.latestT), per(t.latest.Get, r.n),
 			p.latest.Requests(), p.latest.Pages, p.latest.Get, p.latest.Delete, ms(p.latestT))
+	}
+}
+
+// reportIdle prints the idle watching's table.
+func reportIdle(o options, rs []*result) {
+	fmt.Printf("\n### Idle: stop watching and the claim of the rank, one coord.Coordinator and one coord.Claim per rank, %s interval, %s window\n\n", o.watchInterval, o.watchWindow)
+	ticks := int(o.watchWindow / o.watchInterval)
+	fmt.Printf("Ranks 1..N-1 (rank 0 separately: it also deletes an earlier run's stop records at start). %d intervals in the window; per rank per interval, the stop watching (the Coordinator) apart from the claim.\n\n", ticks)
+	fmt.Println("| ranks | requests per rank per second | watching: HEAD per interval | LIST pages per rank in the window | other | claim: PUT per interval | LIST pages per interval | other | rank 0's requests in the window | vs the first size |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	var ibase float64
+	for _, r := range rs {
+		others := r.n - 1
+		if others == 0 {
+			fmt.Printf("| %d | (rank 0 only) %.2f | | | | | | | %d | |\n", r.n, float64(r.idleRank0.Requests())/o.watchWindow.Seconds(), r.idleRank0.Requests())
+			continue
+		}
+		rate := float64(r.idle.Requests()) / float64(others) / o.watchWindow.Seconds()
+		if ibase == 0 {
+			ibase = rate
+		}
+		k := others * ticks
+		w, cl := r.watch, r.idle.sub(r.watch)
+		fmt.Printf("| %d | %.2f | %s | %s | %s | %s | %s | %s | %d | %.2fx |\n", r.n, rate,
+			per(w.Stat, k), per(w.Pages, others), per(w.Requests()-w.Stat-w.Pages, k),
+			per(cl.Put, k), per(cl.Pages, k), per(cl.Requests()-cl.Put-cl.Pages, k), r.idleRank0.Requests(), rate/ibase)
 	}
 }

@@ -83,10 +83,11 @@ func (o *coordOptions) start(ctx context.Context, cfg *supervisor.Config, p *pip
 	return j, nil
 }
 
-// stoppedDuringStartup writes the stop record of a stop that came while
-// this rank was still starting (restoring its checkpoint), so that the
-// other ranks, which may be training already, stop too instead of waiting
-// in a collective for this rank. It does nothing for one rank, with the
+// stoppedDuringStartup writes the stop record, then the stop flag, of a
+// stop that came while this rank was still starting (restoring its
+// checkpoint), so that the other ranks, which may be training already,
+// stop too at their next interval instead of waiting in a collective for
+// this rank. It does nothing for one rank, with the
 // job-wide stop off, or before the store was opened (nothing can be
 // written then); it waits for the store at most half the grace.
 func (o *coordOptions) stoppedDuringStartup(st storage.Store, ro rankOptions, sig unix.Signal, grace time.Duration, log *slog.Logger) {
@@ -106,6 +107,9 @@ func (o *coordOptions) stoppedDuringStartup(st storage.Store, ro rankOptions, si
 		return
 	}
 	log.Info("coord.stop_written", "stop_id", s.ID, "rank", s.Rank, "host", s.Host, "reason", s.Reason, "effect", "every other rank stops too")
+	if err := coord.Flag(ctx, st, s); err != nil {
+		log.Warn("coord.stop_not_stored", "err", err, "effect", "the other ranks see the stop record when they next list the records (every 5 minutes) or when their trainer fails, not at their next interval")
+	}
 }
 
 // startSidecar is the sidecar's part in the job-wide stop when it applies
@@ -269,7 +273,7 @@ func (j *jobStop) settle(ctx context.Context) {
 		return
 	}
 	if err := j.c.Settle(ctx); err != nil {
-		j.log.Warn("coord.stop_not_stored", "err", err, "effect", "the other ranks are not stopped through the store")
+		j.log.Warn("coord.stop_not_stored", "err", err, "effect", "without its record the other ranks are not stopped through the store; without the flag, only at their next full listing (every 5 minutes) or when their trainer fails")
 	}
 }
 
