@@ -32,7 +32,7 @@ type doctorReport struct {
 	Version     string       `json:"version"`
 	Flavour     string       `json:"flavour"` // static or gpu (version.go)
 	PID1        bool         `json:"pid1"`
-	GPU         *gpuPlan     `json:"gpu"`
+	GPU         *gpu.Setup   `json:"gpu"`
 	GPUError    string       `json:"gpu_error,omitempty"`
 	Memory      memory.Plan  `json:"memory"`
 	Protections []protection `json:"protections"`
@@ -130,7 +130,7 @@ func runDoctor(ctx context.Context, o *doctorOptions) error {
 	if gpuErr != nil {
 		rep.GPUError, rep.Failed = gpuErr.Error(), true
 	}
-	defer gp.close()
+	defer gp.Close()
 	rep.GPU = gp
 	reserve, err := parseBytes(o.reserve)
 	if err != nil || reserve < 0 {
@@ -228,7 +228,7 @@ func runDoctor(ctx context.Context, o *doctorOptions) error {
 
 // protections says, for each protection lifeboat run would give with these
 // flags, whether this container allows it.
-func (o *doctorOptions) protections(gp *gpuPlan, gpuErr error, mp memory.Plan, pid1 bool) []protection {
+func (o *doctorOptions) protections(gp *gpu.Setup, gpuErr error, mp memory.Plan, pid1 bool) []protection {
 	var out []protection
 	add := func(name, state, detail string, failed bool) {
 		out = append(out, protection{Name: name, State: state, Detail: detail, Failed: failed})
@@ -237,8 +237,8 @@ func (o *doctorOptions) protections(gp *gpuPlan, gpuErr error, mp memory.Plan, p
 
 	// GPUs.
 	switch {
-	case gpuErr != nil && errors.Is(gpuErr, errNeedsNVML):
-		add("device_visibility", stateNotEnforceable, "set from what was given, unverified: "+errNeedsNVML.Error(), false)
+	case gpuErr != nil && errors.Is(gpuErr, gpu.ErrNVMLNeeded):
+		add("device_visibility", stateNotEnforceable, "set from what was given, unverified: "+gpu.ErrNVMLNeeded.Error(), false)
 		add("gpu_memory_limit", stateNotEnforceable, gpuErr.Error(), true)
 	case gpuErr != nil:
 		add("device_visibility", stateNotEnforceable, gpuErr.Error(), true)

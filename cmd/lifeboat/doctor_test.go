@@ -65,7 +65,7 @@ func TestDoctorJSONKeys(t *testing.T) {
 	}
 
 	rep := doctorReport{
-		GPU: &gpuPlan{Inventory: []gpu.Device{{UUID: "GPU-1", MIGEnabled: true, MIG: []gpu.MIGDevice{{UUID: "MIG-1"}}}}},
+		GPU: &gpu.Setup{Inventory: []gpu.Device{{UUID: "GPU-1", MIGEnabled: true, MIG: []gpu.MIGDevice{{UUID: "MIG-1"}}}}},
 		Memory: memory.Plan{Mode: memory.ModeV2, Reason: "x", Cgroup: "/c", LifeboatCgroup: "/c/l", TrainerCgroup: "/c/t",
 			OOMCounter: "/c/memory.events"},
 		Protections: []protection{{Name: "n", State: stateEnforced, Detail: "d", Failed: true}},

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -35,170 +34,39 @@ func (o *gpuOptions) registerWatchdog(fs *flag.FlagSet) {
 	fs.DurationVar(&o.watchInterval, "gpu-watch-interval", 10*time.Second, "how often the GPU memory watchdog samples NVML")
 }
 
-// gpuPlan is what lifeboat found and decided about GPUs.
-type gpuPlan struct {
-	Request   string       `json:"request"`
-	Source    string       `json:"source"` // --gpus, NVIDIA_VISIBLE_DEVICES or none
-	NVML      string       `json:"nvml"`   // "ok" or why not
-	Inventory []gpu.Device `json:"devices_seen"`
-	Checked   bool         `json:"checked"`
-	Env       []string     `json:"trainer_env"`
-	Notes     []string     `json:"notes,omitempty"`
-	Conflicts []string     `json:"conflicts,omitempty"`
-	// Visible says the container has a GPU to protect: the request gives
-	// one (not none or void) and it names devices or /dev has an NVIDIA
-	// device node. Without one, protections that need NVML are moot.
-	Visible bool `json:"gpu_visible"`
-	// LimitMiB is the Paddle pool limit lifeboat set, 0 if none.
-	LimitMiB uint64 `json:"memory_limit_mib"`
-	// LimitSkipped says why --gpu-memory-limit was not applied, "" if it was.
-	LimitSkipped string `json:"memory_limit_skipped,omitempty"`
-
-	driver  gpu.Driver // open when Checked, for the watchdog; Close it
-	devices []string   // UUIDs of the trainer's devices
-}
-
-// close releases NVML.
-func (p *gpuPlan) close() {
-	if p != nil && p.driver != nil {
-		_ = p.driver.Close()
-	}
-}
-
-// devDir holds the NVIDIA device nodes (nvidia0, nvidia1, ...).
-var devDir = "/dev"
-
-// deviceNodes reports whether a /dev/nvidiaN node exists: a GPU the
-// container can use, whatever NVML says.
-func deviceNodes() bool {
-	m, _ := filepath.Glob(filepath.Join(devDir, "nvidia[0-9]*"))
-	return len(m) > 0
-}
-
-// errNeedsNVML marks a protection the user asked for that needs NVML where
-// NVML is not available.
-var errNeedsNVML = errors.New("NVML is not available")
-
-// plan computes the trainer's GPU environment from the flags and env (the
-// trainer's environment as it would be). It returns nil when nothing about
-// GPUs was asked or given. Errors are the user's: a bad --gpus, a device
-// NVML does not see, two MIG devices, and --gpu-memory-limit auto or a
-// fraction where a GPU is visible but NVML is not available (a usageError
-// wrapping errNeedsNVML).
-func (o *gpuOptions) plan(env []string, log *slog.Logger) (*gpuPlan, error) {
-	get := func(k string) (string, bool) {
-		for i := len(env) - 1; i >= 0; i-- {
-			if v, ok := strings.CutPrefix(env[i], k+"="); ok {
-				return v, true
-			}
-		}
-		return "", false
-	}
-	p := &gpuPlan{Source: "none"}
-	var req gpu.Request
-	var err error
-	nvd, hasNVD := get("NVIDIA_VISIBLE_DEVICES")
+// plan resolves the trainer's GPU environment from the flags and env (the
+// trainer's environment as it would be): gpu.Resolve, with its errors
+// named by the flags the user gave. It returns nil when nothing about GPUs
+// was asked or given. A bad --gpus or --gpu-memory-limit, and a
+// --gpu-memory-limit auto or fraction where a GPU is visible but NVML is
+// not available (wrapping gpu.ErrNVMLNeeded), are usageErrors.
+func (o *gpuOptions) plan(env []string, log *slog.Logger) (*gpu.Setup, error) {
+	s, err := gpu.Resolve(gpu.Options{Devices: o.gpus, DevicesName: "--gpus", MemoryLimit: o.memoryLimit}, env, log)
+	var fe *gpu.FieldError
 	switch {
-	case o.gpus != "":
-		if req, err = gpu.ParseDevices(o.gpus); err != nil {
-			return nil, usageError{fmt.Errorf("--gpus (LIFEBOAT_GPUS): %w", err)}
-		}
-		p.Source = "--gpus"
-	case hasNVD:
-		if req, err = gpu.ParseDevices(nvd); err != nil {
-			log.Warn("gpu.devices_unparsed", "NVIDIA_VISIBLE_DEVICES", nvd, "err", err, "effect", "the trainer's GPU environment is left as it is")
-			return nil, nil
-		}
-		req.Applied = true
-		p.Source = "NVIDIA_VISIBLE_DEVICES"
-	case o.memoryLimit == "":
-		return nil, nil
-	}
-	switch req.Mode {
-	case gpu.None, gpu.Void:
-	case gpu.List, gpu.Count:
-		p.Visible = true
+	case !errors.As(err, &fe):
+		return s, err
+	case fe.Field == gpu.FieldDevices:
+		return nil, usageError{fmt.Errorf("--gpus (LIFEBOAT_GPUS): %w", fe.Err)}
+	case errors.Is(fe.Err, gpu.ErrNVMLNeeded):
+		return nil, usageError{fmt.Errorf("--gpu-memory-limit (LIFEBOAT_GPU_MEMORY_LIMIT) %q %w: give the limit in MiB, such as --gpu-memory-limit 8192, or run a lifeboat built with cgo where libnvidia-ml.so.1 loads",
+			o.memoryLimit, fe.Err)}
 	default:
-		p.Visible = deviceNodes()
+		return nil, usageError{fmt.Errorf("--gpu-memory-limit (LIFEBOAT_GPU_MEMORY_LIMIT) %q: %w", o.memoryLimit, fe.Err)}
 	}
-	if _, set := get("CUDA_VISIBLE_DEVICES"); set && o.gpus == "" {
-		log.Info("gpu.keep_cuda_visible_devices", "effect", "CUDA_VISIBLE_DEVICES is already set for the trainer and --gpus is not given: left as it is")
-		req = gpu.Request{}
-	}
-	p.Request = req.String()
-	var inv *gpu.Inventory
-	d, err := gpu.Open()
-	switch {
-	case err == nil:
-		if inv, err = gpu.Inspect(d); err != nil {
-			p.NVML = err.Error()
-			log.Warn("gpu.nvml_failed", "err", err, "effect", "planning from what was given, unchecked")
-			inv = nil
-			_ = d.Close()
-		} else {
-			p.NVML, p.Inventory, p.driver = "ok", inv.Devices, d
-			p.Visible = p.Visible || len(inv.Devices) > 0
-		}
-	case errors.Is(err, gpu.ErrNoNVML):
-		p.NVML = err.Error()
-		log.Info("gpu.nvml_unavailable", "err", err, "effect", "the trainer's GPU environment is set from what was given, unchecked")
-	default:
-		p.NVML = err.Error()
-		log.Warn("gpu.nvml_failed", "err", err, "effect", "planning from what was given, unchecked")
-	}
-	var v gpu.Visibility
-	if req.Mode != gpu.Unset {
-		if v, err = gpu.Plan(req, inv); err != nil {
-			p.close()
-			return nil, fmt.Errorf("GPUs (%s %q): %w", p.Source, p.Request, err)
-		}
-	}
-	p.Checked, p.Env, p.Notes = v.Checked, v.Env, v.Notes
-	for _, a := range v.Devices {
-		if a.UUID != "" {
-			p.devices = append(p.devices, a.UUID)
-		}
-	}
-	if o.memoryLimit != "" {
-		pool, err := gpu.PlanPool(o.memoryLimit, v.MemoryTotal(), supervisor.MergeEnv(env, v.Env))
-		switch {
-		case errors.Is(err, gpu.ErrMemoryUnknown) && p.Visible:
-			p.close()
-			return nil, usageError{fmt.Errorf("--gpu-memory-limit (LIFEBOAT_GPU_MEMORY_LIMIT) %q needs the GPU's memory and %w here (%s): give the limit in MiB, such as --gpu-memory-limit 8192, or run a lifeboat built with cgo where libnvidia-ml.so.1 loads",
-				o.memoryLimit, errNeedsNVML, p.NVML)}
-		case errors.Is(err, gpu.ErrMemoryUnknown):
-			p.LimitSkipped = "no GPU is visible, so there is no device memory to take " + o.memoryLimit + " of"
-			log.Warn("gpu.memory_limit_skipped", "limit", o.memoryLimit, "reason", p.LimitSkipped, "effect", "no FLAGS_gpu_memory_limit_mb")
-		case err != nil:
-			p.close()
-			return nil, usageError{fmt.Errorf("--gpu-memory-limit (LIFEBOAT_GPU_MEMORY_LIMIT) %q: %w", o.memoryLimit, err)}
-		default:
-			p.Env = append(p.Env, pool.Vars...)
-			p.Conflicts = pool.Conflicts
-			p.LimitMiB = pool.LimitMiB
-		}
-	}
-	log.Info("gpu.plan", "source", p.Source, "request", p.Request, "checked", p.Checked, "env", strings.Join(p.Env, " "))
-	for _, n := range p.Notes {
-		log.Info("gpu.note", "note", n)
-	}
-	for _, c := range p.Conflicts {
-		log.Warn("gpu.conflict", "conflict", c)
-	}
-	return p, nil
 }
 
 // watchdogState says whether the GPU memory watchdog can run for p, and
 // why not.
-func watchdogState(p *gpuPlan) (runs bool, why string) {
+func watchdogState(p *gpu.Setup) (runs bool, why string) {
 	switch {
 	case p == nil || !p.Visible:
 		return false, "no GPU is visible"
 	case p.LimitMiB == 0:
 		return false, "no --gpu-memory-limit to hold the trainer to"
-	case p.driver == nil:
+	case p.Driver() == nil:
 		return false, "it measures GPU memory through NVML, which is not available here (" + p.NVML + ")"
-	case len(p.devices) == 0:
+	case len(p.Devices()) == 0:
 		return false, "lifeboat does not know the trainer's devices (CUDA_VISIBLE_DEVICES was set for it and --gpus was not given)"
 	}
 	return true, ""
@@ -209,7 +77,7 @@ func watchdogState(p *gpuPlan) (runs bool, why string) {
 // visible GPU and NVML cannot measure it, --gpu-memory-policy term or kill
 // is refused (a usageError): the user asked for an
 // enforcement lifeboat cannot give; warn logs that once and goes on.
-func (o *gpuOptions) newWatchdog(p *gpuPlan, log *slog.Logger) (*gpu.Watchdog, error) {
+func (o *gpuOptions) newWatchdog(p *gpu.Setup, log *slog.Logger) (*gpu.Watchdog, error) {
 	policy, err := gpu.ParsePolicy(o.memoryPolicy)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--gpu-memory-policy (LIFEBOAT_GPU_MEMORY_POLICY): %w", err)}
@@ -220,8 +88,8 @@ func (o *gpuOptions) newWatchdog(p *gpuPlan, log *slog.Logger) (*gpu.Watchdog, e
 	runs, why := watchdogState(p)
 	switch {
 	case runs:
-		log.Info("gpu.watchdog", "policy", policy.String(), "limit_mib", p.LimitMiB, "margin_mib", gpu.AutoMarginMiB, "devices", strings.Join(p.devices, ","))
-		return gpu.NewWatchdog(p.driver, p.devices, p.LimitMiB, gpu.AutoMarginMiB<<20, policy,
+		log.Info("gpu.watchdog", "policy", policy.String(), "limit_mib", p.LimitMiB, "margin_mib", gpu.AutoMarginMiB, "devices", strings.Join(p.Devices(), ","))
+		return gpu.NewWatchdog(p.Driver(), p.Devices(), p.LimitMiB, gpu.AutoMarginMiB<<20, policy,
 			func() ([]int, error) { return supervisor.Descendants("/proc", os.Getpid()) }, log), nil
 	case p == nil || !p.Visible || p.LimitMiB == 0:
 		if policy != gpu.PolicyWarn && p != nil && p.Visible {
@@ -230,7 +98,7 @@ func (o *gpuOptions) newWatchdog(p *gpuPlan, log *slog.Logger) (*gpu.Watchdog, e
 		return nil, nil
 	case policy != gpu.PolicyWarn:
 		fix := "Run a lifeboat built with cgo where libnvidia-ml.so.1 loads"
-		if p.driver != nil {
+		if p.Driver() != nil {
 			fix = "Name the trainer's GPUs with --gpus (LIFEBOAT_GPUS)"
 		}
 		return nil, usageError{fmt.Errorf("--gpu-memory-policy (LIFEBOAT_GPU_MEMORY_POLICY) %s cannot be enforced: %s. %s, or set --gpu-memory-policy warn to run without the GPU memory watchdog",

@@ -236,7 +236,7 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 	if err != nil {
 		return err
 	}
-	defer gp.close()
+	defer gp.Close()
 	if gp != nil {
 		cfg.Env = supervisor.MergeEnv(cfg.Env, gp.Env)
 	}

@@ -39,6 +39,13 @@
 //     Visibility.Checked false and Notes saying what was assumed. That is not
 //     an error. "all" then leaves CUDA_VISIBLE_DEVICES unset.
 //
+// Resolve puts these together for lifeboat run and doctor: which request
+// counts (the caller's Options.Devices, else NVIDIA_VISIBLE_DEVICES;
+// nothing where CUDA_VISIBLE_DEVICES is already set and Devices is not),
+// what NVML sees, and Paddle's pool limit below, into a Setup. Its user
+// errors are a *FieldError naming the field of Options, which the caller
+// names as its user gave it (a flag, a variable).
+//
 // # Paddle's memory pool
 //
 // MemoryPlan (and PlanPool, which also returns the limit) turns --gpu-memory-limit (MiB, a fraction, or "auto": the
