@@ -297,7 +297,7 @@ func (m *Metrics) SetGrace(d time.Duration) {
 
 // SetGraceEnd says a stop began, or its deadline moved: the grace budget
 // ends at end, and lifeboat_grace_budget_left_seconds counts down to 0
-// there. It is the supervisor's OnStop.
+// there. lifeboat run calls it from the supervisor's OnStop.
 func (m *Metrics) SetGraceEnd(end time.Time) {
 	if m == nil {
 		return

@@ -114,8 +114,12 @@ type Config struct {
 	BeforeRestart func(ctx context.Context, attempt int) ([]string, error)
 
 	// OnStop, when set, is told when a stop begins or its deadline moves:
-	// the end of the grace budget (metrics show the budget left).
-	OnStop func(end time.Time)
+	// why the stop began ("SIGTERM", "aws preemption notice", "max runtime
+	// 1h0m0s reached", "lifeboat was asked to stop", "job-wide stop (rank
+	// 1: SIGTERM)"; the first stop's, also when a later one moves the
+	// deadline) and the end of the grace budget (metrics show the budget
+	// left; the job-wide stop's record names the reason).
+	OnStop func(reason string, end time.Time)
 	// OnRestart, when set, is told of each restart and why: "oom" when the
 	// OOM killer killed the trainer (Memory counted the kill), "signal" for
 	// another signal, "exit_code" for a non-zero exit.

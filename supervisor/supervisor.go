@@ -502,7 +502,7 @@ func (l *loop) startStop(sig, sent unix.Signal, reason string, end time.Time) {
 	}
 	l.graceEnd = end
 	if l.cfg.OnStop != nil {
-		l.cfg.OnStop(end)
+		l.cfg.OnStop(l.stopReason, end)
 	}
 	received, delivered := signalName(sig), signalName(sent)
 	grace := end.Sub(now)

@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -53,11 +51,8 @@ func (d *coordInterval) Set(s string) error {
 
 // jobStop is one lifeboat's part in the job-wide stop.
 type jobStop struct {
-	c          *coord.Coordinator
-	log        *slog.Logger
-	stops      []unix.Signal                     // the stop signals, for the reason
-	maxRuntime time.Duration                     // --max-runtime, for the reason
-	notice     atomic.Pointer[supervisor.Notice] // the last cloud notice relayed
+	c   *coord.Coordinator
+	log *slog.Logger
 }
 
 // start wires the job-wide stop into cfg when it applies (a store, more
@@ -76,7 +71,7 @@ func (o *coordOptions) start(ctx context.Context, cfg *supervisor.Config, p *pip
 	if err != nil {
 		return nil, err
 	}
-	j := &jobStop{c: c, log: cfg.Log, stops: cfg.StopSignals, maxRuntime: cfg.MaxRuntime}
+	j := &jobStop{c: c, log: cfg.Log}
 	go c.Run(ctx)
 	cfg.Notices = j.merge(ctx, cfg.Notices)
 	cfg.Env = supervisor.MergeEnv(cfg.Env, []string{"LIFEBOAT_STOP_FILE=" + filepath.Join(p.dir, coord.StopFile)})
@@ -114,7 +109,7 @@ func (o *coordOptions) stoppedDuringStartup(st storage.Store, ro rankOptions, si
 
 // startSidecar is the sidecar's part in the job-wide stop when it applies
 // (more than one rank, --coord-interval above 0), nil otherwise. The
-// sidecar writes a stop record on its own stop (beginWith), and follows
+// sidecar writes a stop record on its own stop (begin), and follows
 // another rank's: the trainer, in another container, learns of it from the
 // stop file in --dir (lifeboat.stop_requested(), LIFEBOAT_STOP_FILE) and
 // saves; the sidecar uploads until its own stop, as before.
@@ -132,23 +127,15 @@ func (o *coordOptions) startSidecar(ctx context.Context, p *pipeline, log *slog.
 	return &jobStop{c: c, log: log}, nil
 }
 
-// beginWith writes the stop record of a stop that begins on this rank for
-// reason, whose grace budget ends at end.
-func (j *jobStop) beginWith(reason string, end time.Time) {
+// begin writes the stop record of a stop that begins on this rank (a
+// signal, a notice, the maximum runtime) for reason, whose grace budget
+// ends at end, for the other ranks to follow; only the first call counts.
+// It is called from the supervisor's OnStop.
+func (j *jobStop) begin(reason string, end time.Time) {
 	if j == nil {
 		return
 	}
 	j.c.Begin(reason, end)
-}
-
-// begin writes the stop record of a stop that begins on this rank (a
-// signal, a notice, the maximum runtime), for the other ranks to follow;
-// only the first call counts. It is the supervisor's OnStop.
-func (j *jobStop) begin(end time.Time) {
-	if j == nil {
-		return
-	}
-	j.c.Begin(j.reason(), end)
 }
 
 // check is the supervisor's PeerStop: after the trainer failed with no
@@ -171,8 +158,8 @@ func (j *jobStop) fail(reason string) {
 	j.c.Begin(reason, time.Time{})
 }
 
-// merge relays the cloud notices (recording the last, for the reason) and
-// the stop of another rank, as a notice with no deadline.
+// merge relays the cloud notices and the stop of another rank, as a
+// notice with no deadline.
 func (j *jobStop) merge(ctx context.Context, cloud <-chan supervisor.Notice) <-chan supervisor.Notice {
 	out := make(chan supervisor.Notice, 2)
 	go func() {
@@ -188,7 +175,6 @@ func (j *jobStop) merge(ctx context.Context, cloud <-chan supervisor.Notice) <-c
 					cloud = nil
 					continue
 				}
-				j.notice.Store(&cn)
 				n = cn
 			case s := <-peer:
 				peer = nil
@@ -202,36 +188,6 @@ func (j *jobStop) merge(ctx context.Context, cloud <-chan supervisor.Notice) <-c
 		}
 	}()
 	return out
-}
-
-// reason says why the stop that begins now began: a cloud notice, a stop
-// signal, the maximum runtime, or lifeboat's own context.
-func (j *jobStop) reason() string {
-	if n := j.notice.Load(); n != nil {
-		return n.Source + " preemption notice"
-	}
-	if sig := lastStopSignal(startup, j.stops); sig != 0 {
-		return "SIG" + signals.Name(sig)
-	}
-	if j.maxRuntime > 0 && time.Since(processStarted) >= j.maxRuntime {
-		return fmt.Sprintf("max runtime %s reached", j.maxRuntime)
-	}
-	return "lifeboat was asked to stop"
-}
-
-// lastStopSignal is the last of stops that lifeboat received, 0 if none.
-func lastStopSignal(e *earlySignals, stops []unix.Signal) unix.Signal {
-	if e == nil {
-		return 0
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for i := len(e.seen) - 1; i >= 0; i-- {
-		if slices.Contains(stops, e.seen[i]) {
-			return e.seen[i]
-		}
-	}
-	return 0
 }
 
 // common is the end of a job-wide stop's final upload: it publishes the

@@ -288,9 +288,9 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 	// the other ranks (a job-wide stop), the claim of the rank (released:
 	// a replacement pod may start while the final upload runs) and the
 	// pod's annotations.
-	cfg.OnStop = func(end time.Time) {
+	cfg.OnStop = func(reason string, end time.Time) {
 		m.SetGraceEnd(end)
-		js.begin(end)
+		js.begin(reason, end)
 		releaseClaim(cl)
 		o.kube.stopping(time.Now(), end)
 	}

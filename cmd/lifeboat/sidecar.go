@@ -123,7 +123,7 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 	o.kube.stopping(stopAt, stopAt.Add(o.grace))
 	if sig != nil {
 		if s, ok := sig.(unix.Signal); ok {
-			js.beginWith("SIG"+signals.Name(s), stopAt.Add(o.grace))
+			js.begin("SIG"+signals.Name(s), stopAt.Add(o.grace))
 		}
 	}
 	log.Info("sidecar.stopping", "signal", fmt.Sprint(sig), "flush_wait", o.flushWait.String(), "grace", o.grace.String())
