@@ -914,6 +914,15 @@ func (a *Agent) refusedStep() int64 {
 // the size of the newest checkpoint seen (the one the trainer is about to
 // write is assumed to be as large) at the measured throughput, with a
 // quarter on top and one second for the commit. It says how it got there.
+//
+// Streaming the last save while it is written (Stopping) does not shrink
+// it: the stream overlaps the upload with the trainer's write only as far
+// as the trainer writes before its kill time, and a trainer that spends
+// its budget gathering state and then writes its save in one burst at the
+// end leaves the whole upload to the reserve. What the stream adds to the
+// final upload, the confirming read and keyed hash of what it stored
+// (docs/FORMAT.md), costs a fraction of the SHA-256 the throughput was
+// measured with, within the quarter on top.
 func (a *Agent) Reserve() (time.Duration, string) {
 	s := a.Stats()
 	rate, how := s.Throughput, "measured"

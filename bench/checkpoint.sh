@@ -25,6 +25,8 @@
 #   RATES=LIST      measurement 5's write rates in MB/s (default 0,300,100;
 #                   empty skips it)
 #   RATES_ONLY=1    run measurement 5 alone
+#   BEFORE=PATH     measurement 5 also times this lifeboat binary (an
+#                   earlier version) at each rate, in the same runs
 #   BENCH_DIR=DIR   scratch space (default: a new temp dir, removed after)
 #   LIFEBOAT_CACHE  where tool binaries are cached (see scripts/minio.sh)
 set -euo pipefail
@@ -61,4 +63,5 @@ export MC_CONFIG_DIR=$work/mc MC_HOST_ckpt="http://$AWS_ACCESS_KEY_ID:$AWS_SECRE
 
 log "machine: $(nproc) cores, $(uname -r), mc $("$mc" --version 2>/dev/null | head -1)"
 "$work/ckptbench" -lifeboat "$work/lifeboat" -mc "$mc" -mc-alias ckpt -work "$work/runs" -server-pid "$(cat "$work/minio/pid")" \
-	-runs "$RUNS" -size "$SIZE" -rates "$RATES" -rates-only="$([[ $RATES_ONLY == 1 ]] && echo true || echo false)"
+	-runs "$RUNS" -size "$SIZE" -rates "$RATES" -rates-only="$([[ $RATES_ONLY == 1 ]] && echo true || echo false)" \
+	-before "${BEFORE:-}"

@@ -24,25 +24,28 @@ import (
 // each file the trainer holds open for writing as soon as the file has
 // grown past the chunk's end, hashes it and Puts it unless the store holds
 // it already, exactly as an upload would. It records, for every chunk it
-// stored, the chunk's SHA-256 under a 128-bit keyed hash of its bytes
-// (two hash/maphash sums with seeds drawn at random by this process).
+// stored, the chunk's SHA-256 under a 64-bit keyed hash of its bytes and
+// their length (hash/maphash, with a seed drawn at random by this process),
+// and the offset and file (device and inode) it read them from.
 //
 // The stream commits nothing and decides nothing: the final upload is an
 // ordinary upload of the files once the usual rules say they are whole (no
 // writer left, the format check, no change while read). It reads every
-// chunk again, from the page cache, and hashes it with the keyed hash
-// only: a chunk whose keyed hash the stream recorded has the bytes the
-// stream stored, so it takes that SHA-256 and is not hashed with SHA-256
-// or Put again; any other chunk (a region the trainer rewrote after the
-// stream read it, one written after the stream's last look, the last
-// partial chunk) takes the ordinary way. Confirming costs one read of the
-// file from memory and a keyed hash of it, about a tenth of what SHA-256
-// costs and nothing on the network; without it no byte the trainer wrote
-// behind the reader could be trusted, because neither the file's size and
-// times nor inotify or fanotify tell where a file was written. The keyed
-// hash is not a cryptographic hash: two different chunks pass for the same
-// with a probability of about 2^-128 per pair, and the trainer cannot aim
-// for a collision without the seeds, which never leave the process.
+// chunk again, from the page cache; a chunk at an offset of a file the
+// stream read from it hashes with the keyed hash: when the stream recorded
+// that hash, the chunk has the bytes the stream stored, so it takes that
+// SHA-256 and is not hashed with SHA-256 or Put again. Any other chunk (a
+// region the trainer rewrote after the stream read it, one written after
+// the stream's last look, the last partial chunk) takes the ordinary way.
+// Confirming costs one read of the file from memory and a keyed hash of
+// what the stream read, about a sixth of what SHA-256 costs and nothing on
+// the network; without it no byte the trainer wrote behind the reader
+// could be trusted, because neither the file's size and times nor inotify
+// or fanotify tell where a file was written. The keyed hash is not a
+// cryptographic hash: a different chunk of the same length passes for a
+// streamed one with a probability of about 2^-64 for each streamed chunk
+// it is compared with, and the trainer cannot aim for a collision without
+// the seed, which never leaves the process.
 //
 // Chunks a stream stored for a save that turns out torn are referenced by
 // no manifest: they are left to Prune like those of any failed upload.
@@ -51,51 +54,63 @@ import (
 // 64 bytes each): 512 GiB of 8 MiB chunks. Past it a stream stores no more.
 const maxStreamed = 1 << 16
 
-// keyedSum is the keyed hash of a chunk's bytes.
-type keyedSum [2]uint64
+// keyedSum is the keyed hash of a chunk's bytes, with their length.
+type keyedSum struct {
+	sum  uint64
+	size int
+}
 
 // streamedChunks is what streams of an Uploader stored: each chunk's
-// SHA-256 by the keyed hash of its bytes.
+// SHA-256 by the keyed hash of its bytes, and at which offsets of which
+// files (by device and inode) they were read, so that an upload spends a
+// keyed hash only on the chunks a stream may have stored.
 type streamedChunks struct {
-	once  sync.Once
-	seeds [2]maphash.Seed
-	mu    sync.Mutex
-	sums  map[keyedSum]string
+	once sync.Once
+	seed maphash.Seed
+	mu   sync.Mutex
+	sums map[keyedSum]string
+	at   map[[2]uint64]map[int64]bool
 }
 
 func (s *streamedChunks) init() {
-	s.once.Do(func() { s.seeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()} })
+	s.once.Do(func() { s.seed = maphash.MakeSeed() })
 }
 
 // keyed is the keyed hash of b.
 func (s *streamedChunks) keyed(b []byte) keyedSum {
 	s.init()
-	return keyedSum{maphash.Bytes(s.seeds[0], b), maphash.Bytes(s.seeds[1], b)}
+	return keyedSum{maphash.Bytes(s.seed, b), len(b)}
 }
 
-// add records that the chunk with keyed hash k and SHA-256 sum is stored;
-// false when the table is full.
-func (s *streamedChunks) add(k keyedSum, sum string) bool {
+// add records that the chunk with keyed hash k and SHA-256 sum, read at
+// off of the file id, is stored; false when the table is full.
+func (s *streamedChunks) add(id [2]uint64, off int64, k keyedSum, sum string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sums == nil {
-		s.sums = map[keyedSum]string{}
+		s.sums, s.at = map[keyedSum]string{}, map[[2]uint64]map[int64]bool{}
 	}
 	if len(s.sums) >= maxStreamed {
 		return false
 	}
 	s.sums[k] = sum
+	if s.at[id] == nil {
+		s.at[id] = map[int64]bool{}
+	}
+	s.at[id][off] = true
 	return true
+}
+
+// readAt reports whether a stream stored a chunk read at off of the file
+// id (with whatever bytes it had then).
+func (s *streamedChunks) readAt(id [2]uint64, off int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.at[id][off]
 }
 
 // lookup returns the SHA-256 of the streamed chunk with the bytes of b.
 func (s *streamedChunks) lookup(b []byte) (string, bool) {
-	s.mu.Lock()
-	empty := len(s.sums) == 0
-	s.mu.Unlock()
-	if empty {
-		return "", false
-	}
 	k := s.keyed(b)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -183,7 +198,7 @@ func (u *Uploader) Stream(ctx context.Context, dir string, stop <-chan struct{},
 	slots := make(chan struct{}, workers)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	store := func(f *streamFile, off int64, buf []byte) {
+	store := func(f *streamFile, id [2]uint64, off int64, buf []byte) {
 		defer func() { pool <- buf }()
 		sum, crc := storage.Checksums(buf)
 		k := u.streamed.keyed(buf)
@@ -203,7 +218,7 @@ func (u *Uploader) Stream(ctx context.Context, dir string, stop <-chan struct{},
 			mu.Unlock()
 			uploaded = true
 		}
-		if !u.streamed.add(k, sum) {
+		if !u.streamed.add(id, off, k, sum) {
 			return
 		}
 		mu.Lock()
@@ -269,7 +284,7 @@ func (u *Uploader) Stream(ctx context.Context, dir string, stop <-chan struct{},
 	}
 	// readWhole reads the whole chunks f has grown past; false when the
 	// stream is to end.
-	readWhole := func(f *streamFile) bool {
+	readWhole := func(id [2]uint64, f *streamFile) bool {
 		for {
 			var st unix.Stat_t
 			if err := unix.Fstat(int(f.fh.Fd()), &st); err != nil {
@@ -317,7 +332,7 @@ func (u *Uploader) Stream(ctx context.Context, dir string, stop <-chan struct{},
 			off := f.next
 			wg.Go(func() {
 				defer func() { <-slots }()
-				store(f, off, buf[:n])
+				store(f, id, off, buf[:n])
 			})
 			f.next += chunkSize
 			if stopped() {
@@ -334,8 +349,8 @@ func (u *Uploader) Stream(ctx context.Context, dir string, stop <-chan struct{},
 			discover()
 			lastFind = now
 		}
-		for _, f := range files {
-			if !readWhole(f) {
+		for id, f := range files {
+			if !readWhole(id, f) {
 				wg.Wait()
 				return res
 			}

@@ -548,7 +548,9 @@ func (run *uploadRun) storeJob(ctx context.Context, job uploadJob, pool chan []b
 		pool <- job.buf
 		return nil
 	}
-	err := run.u.storeChunk(ctx, job, func(sum string) (skip bool) {
+	f := run.files[job.file]
+	streamed := run.u.streamed.readAt([2]uint64{f.dev, f.ino}, int64(job.chunk)*int64(run.chunkSize))
+	err := run.u.storeChunk(ctx, job, streamed, func(sum string) (skip bool) {
 		run.mu.Lock()
 		defer run.mu.Unlock()
 		if run.attempts[job.file] != job.attempt {
@@ -640,9 +642,15 @@ func (run *uploadRun) manifest() *Manifest {
 // storeChunk hashes job's bytes and Puts them unless skip(sum) says the
 // store holds them already; done reports which happened, and whether a
 // Stream had stored these bytes (their SHA-256 is then the one it
-// recorded under their keyed hash, and is not computed again).
-func (u *Uploader) storeChunk(ctx context.Context, job uploadJob, skip func(sum string) bool, done func(uploaded, streamed bool)) error {
-	sum, streamed := u.streamed.lookup(job.buf)
+// recorded under their keyed hash, and is not computed again). Only a
+// chunk a Stream read at the same offset of the same file (tryStreamed)
+// is looked up.
+func (u *Uploader) storeChunk(ctx context.Context, job uploadJob, tryStreamed bool, skip func(sum string) bool, done func(uploaded, streamed bool)) error {
+	var sum string
+	var streamed bool
+	if tryStreamed {
+		sum, streamed = u.streamed.lookup(job.buf)
+	}
 	var crc uint32
 	if !streamed {
 		sum, crc = storage.Checksums(job.buf)

@@ -64,12 +64,15 @@ type options struct {
 	size                              int64
 	rates                             []float64 // measurement 5: MB/s of the trainer's write, 0 unpaced
 	ratesOnly                         bool      // run measurement 5 alone
+	before                            string    // measurement 5: another lifeboat binary to time in the same runs
 }
 
 // paced is one run of measurement 5 at one write rate. Times are seconds.
 type paced struct {
 	rate                      float64 // MB/s, 0: unpaced
 	total, write, mcUp, flush float64
+	streamed                  int64   // bytes the commit took from the stream (checkpoint.committed's streamed_bytes)
+	totalBefore               float64 // SIGTERM to durable with -before's binary, 0 without
 }
 
 // round is one run of every measurement. Times are seconds, RSS KiB.
@@ -105,6 +108,7 @@ func main() {
 	flag.IntVar(&serverPID, "server-pid", 0, "pid of the MinIO server, to report its CPU time during restores and downloads")
 	rates := flag.String("rates", "0,300,100", "measurement 5: the trainer's write rates in MB/s, comma-separated; 0 is as fast as it goes; empty skips it")
 	flag.BoolVar(&o.ratesOnly, "rates-only", false, "run measurement 5 alone")
+	flag.StringVar(&o.before, "before", "", "measurement 5: another lifeboat binary (an earlier version) timed at each rate in the same runs, the order alternating")
 	flag.Parse()
 	for f := range strings.SplitSeq(*rates, ",") {
 		if f = strings.TrimSpace(f); f == "" {
@@ -259,10 +263,44 @@ func pacedRound(o options, self string, i int) ([]paced, error) {
 			return nil, err
 		}
 		store := fmt.Sprintf("s3://%s/paced-%d-%d", o.bucket, i, k)
-		logf("run %d: lifeboat run, SIGTERM, %d-byte checkpoint written at %s", i+1, o.size, rateName(rate))
-		var r round
-		// Another seed than measurement 1's: nothing of it is stored yet.
-		if err := sigtermToDurable(o, self, 100+10*i+k, dir, ckpt, store, rate, &r); err != nil {
+		p := paced{rate: rate}
+		lb := func() error {
+			logf("run %d: lifeboat run, SIGTERM, %d-byte checkpoint written at %s", i+1, o.size, rateName(rate))
+			var r round
+			// Another seed than measurement 1's: nothing of it is stored yet.
+			if err := sigtermToDurable(o, self, 100+10*i+k, dir, ckpt, store, rate, &r); err != nil {
+				return err
+			}
+			p.total, p.write, p.flush = r.termTotal, r.trainerWrite, r.flush
+			p.streamed = streamedBytes(filepath.Join(dir, "lifeboat-run.log"))
+			return nil
+		}
+		before := func() error {
+			if o.before == "" {
+				return nil
+			}
+			logf("run %d: the -before binary, the same at %s", i+1, rateName(rate))
+			ob := o
+			ob.lifeboat = o.before
+			d := filepath.Join(dir, "before")
+			if err := os.MkdirAll(filepath.Join(d, "ckpt"), 0o755); err != nil {
+				return err
+			}
+			var r round
+			if err := sigtermToDurable(ob, self, 200+10*i+k, d, filepath.Join(d, "ckpt"), store+"-before", rate, &r); err != nil {
+				return fmt.Errorf("-before: %w", err)
+			}
+			p.totalBefore = r.termTotal
+			return os.RemoveAll(d)
+		}
+		first, second := lb, before
+		if i%2 == 1 {
+			first, second = before, lb
+		}
+		if err := first(); err != nil {
+			return nil, err
+		}
+		if err := second(); err != nil {
 			return nil, err
 		}
 		logf("run %d: mc cp up", i+1)
@@ -271,7 +309,14 @@ func pacedRound(o options, self string, i int) ([]paced, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, paced{rate: rate, total: r.termTotal, write: r.trainerWrite, mcUp: res.secs, flush: r.flush})
+		p.mcUp = res.secs
+		out = append(out, p)
+		// What this rate stored is not needed again: free the server's disk.
+		for _, prefix := range []string{fmt.Sprintf("paced-%d-%d", i, k), fmt.Sprintf("paced-%d-%d-before", i, k), fmt.Sprintf("paced-mc-%d-%d", i, k)} {
+			if out, err := exec.Command(o.mc, "rm", "--recursive", "--force", "--quiet", fmt.Sprintf("%s/%s/%s", o.alias, o.bucket, prefix)).CombinedOutput(); err != nil {
+				logf("mc rm %s: %v: %s", prefix, err, out)
+			}
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			return nil, err
 		}
@@ -305,8 +350,8 @@ func printPaced(w io.Writer, o options, runs []paced) {
 		return v[len(v)/2]
 	}
 	fmt.Fprintf(w, "\n5. SIGTERM to durable with the trainer's %d-byte save written at a set rate, against the trainer's write and `mc cp` of the finished file in the same run; median of %d runs, seconds.\n\n", o.size, o.runs)
-	fmt.Fprintln(w, "| write rate | trainer's write | `mc cp` up | SIGTERM to durable | of which the final flush | / max(write, mc) | aim | met | / (write + mc) |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---|---|---:|")
+	fmt.Fprintln(w, "| write rate | trainer's write | `mc cp` up | SIGTERM to durable | of which the final flush | / max(write, mc) | aim | met | / (write + mc) | `-before` binary | this / before |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|")
 	for _, rate := range o.rates {
 		write := med(rate, func(p paced) float64 { return p.write })
 		mc := med(rate, func(p paced) float64 { return p.mcUp })
@@ -318,13 +363,18 @@ func printPaced(w io.Writer, o options, runs []paced) {
 		if ofMax > 1.15 {
 			met = "**no**"
 		}
-		fmt.Fprintf(w, "| %s | %.2f | %.2f | %.2f | %.2f | %.2fx | <= 1.15x | %s | %.2fx |\n", rateName(rate), write, mc, total, flush, ofMax, met, ofSum)
+		bef, vs := "", ""
+		if o.before != "" {
+			bef = fmt.Sprintf("%.2f", med(rate, func(p paced) float64 { return p.totalBefore }))
+			vs = fmt.Sprintf("%.2fx", med(rate, func(p paced) float64 { return p.total / p.totalBefore }))
+		}
+		fmt.Fprintf(w, "| %s | %.2f | %.2f | %.2f | %.2f | %.2fx | <= 1.15x | %s | %.2fx | %s | %s |\n", rateName(rate), write, mc, total, flush, ofMax, met, ofSum, bef, vs)
 	}
 	fmt.Fprintln(w, "\nEach run (seconds):")
-	fmt.Fprintln(w, "\n| run | write rate | write | mc up | total | flush |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "\n| run | write rate | write | mc up | total | flush | MiB the commit took from the stream | total, `-before` |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
 	for i, p := range runs {
-		fmt.Fprintf(w, "| %d | %s | %.2f | %.2f | %.2f | %.2f |\n", i/len(o.rates)+1, rateName(p.rate), p.write, p.mcUp, p.total, p.flush)
+		fmt.Fprintf(w, "| %d | %s | %.2f | %.2f | %.2f | %.2f | %.0f | %.2f |\n", i/len(o.rates)+1, rateName(p.rate), p.write, p.mcUp, p.total, p.flush, float64(p.streamed)/(1<<20), p.totalBefore)
 	}
 }
 
@@ -505,6 +555,27 @@ func checkCommitted(o options, store string) error {
 		return fmt.Errorf("lifeboat ls --store %s: want one complete checkpoint of %d bytes, got %s", store, o.size, out)
 	}
 	return nil
+}
+
+// streamedBytes reads the streamed_bytes of lifeboat's last
+// checkpoint.committed log line: the bytes the final commit took from
+// the chunks stored while the trainer wrote; 0 when there is none.
+func streamedBytes(logPath string) int64 {
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for line := range bytes.Lines(b) {
+		var ev struct {
+			Msg      string `json:"msg"`
+			Streamed int64  `json:"streamed_bytes"`
+		}
+		if json.Unmarshal(line, &ev) == nil && ev.Msg == "checkpoint.committed" {
+			n = ev.Streamed
+		}
+	}
+	return n
 }
 
 // flushSeconds reads the final upload's duration from lifeboat's
