@@ -146,8 +146,12 @@ func TestStreamTornSaveNeverCommitted(t *testing.T) {
 		if keys := storedKeys(t, s, snapshotsPrefix); len(keys) != 0 {
 			t.Errorf("manifests stored for a torn save: %v", keys)
 		}
-		if keys := storedKeys(t, s, chunksPrefix); len(keys) != 3 {
-			t.Errorf("chunks stored: %d, want the 3 the stream stored (left to prune)", len(keys))
+		// The 3 the stream stored, and the upload's reading pass may have
+		// Put the last partial chunk before the format check at its end
+		// refused the file, as any upload of a torn file may: all are left
+		// to prune.
+		if keys := storedKeys(t, s, chunksPrefix); len(keys) < 3 {
+			t.Errorf("chunks stored: %d, want at least the 3 the stream stored (left to prune)", len(keys))
 		}
 		if _, err := Latest(ctx, s, 1); !errors.Is(err, ErrNoCheckpoint) {
 			t.Errorf("Latest after a torn save: %v; want ErrNoCheckpoint", err)

@@ -200,6 +200,9 @@ type uploadJob struct {
 	file, chunk int
 	attempt     int // the file's read attempt the chunk belongs to
 	buf         []byte
+	// streamed: a Stream of the Uploader stored a chunk it read at this
+	// chunk's offset of this file (streamedChunks.readAt)
+	streamed bool
 }
 
 // Upload stores the regular files under dir as the snapshot of target. It
@@ -514,7 +517,9 @@ func (run *uploadRun) readFile(ctx context.Context, i int, pool chan []byte, sto
 				pool <- buf
 				return
 			}
-			store(uploadJob{file: i, chunk: j, attempt: attempt, buf: buf})
+			f := run.files[i] // the reader's own: a re-read replaces it here
+			streamed := run.u.streamed.readAt([2]uint64{f.dev, f.ino}, int64(j)*int64(run.chunkSize))
+			store(uploadJob{file: i, chunk: j, attempt: attempt, buf: buf, streamed: streamed})
 		})
 		if rerr == nil {
 			return nil
@@ -548,9 +553,7 @@ func (run *uploadRun) storeJob(ctx context.Context, job uploadJob, pool chan []b
 		pool <- job.buf
 		return nil
 	}
-	f := run.files[job.file]
-	streamed := run.u.streamed.readAt([2]uint64{f.dev, f.ino}, int64(job.chunk)*int64(run.chunkSize))
-	err := run.u.storeChunk(ctx, job, streamed, func(sum string) (skip bool) {
+	err := run.u.storeChunk(ctx, job, job.streamed, func(sum string) (skip bool) {
 		run.mu.Lock()
 		defer run.mu.Unlock()
 		if run.attempts[job.file] != job.attempt {
