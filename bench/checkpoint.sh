@@ -15,10 +15,18 @@
 #   3. verified `lifeboat restore` into an empty directory against `mc cp`
 #      of the same bytes to local disk, page cache dropped before each;
 #   4. the cost of the format checks: 64 state_dict-shaped pickles uploaded
-#      with the checks on and off, and the checks alone over the same bytes.
+#      with the checks on and off, and the checks alone over the same bytes;
+#   5. SIGTERM to durable as in 1, with the trainer writing its save at each
+#      of RATES (MB/s; 0 is as fast as it goes), against the trainer's write
+#      time and `mc cp` of the finished file, in the same run.
 # Peak RSS is from /usr/bin/time -v. Environment:
 #   RUNS=N          runs of each measurement (default 3)
 #   SIZE=BYTES      checkpoint size (default 1073741824)
+#   RATES=LIST      measurement 5's write rates in MB/s (default 0,300,100;
+#                   empty skips it)
+#   RATES_ONLY=1    run measurement 5 alone
+#   BEFORE=PATH     measurement 5 also times this lifeboat binary (an
+#                   earlier version) at each rate, in the same runs
 #   BENCH_DIR=DIR   scratch space (default: a new temp dir, removed after)
 #   LIFEBOAT_CACHE  where tool binaries are cached (see scripts/minio.sh)
 set -euo pipefail
@@ -26,6 +34,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
 SIZE=${SIZE:-$((1 << 30))}
+RATES=${RATES-0,300,100}
+RATES_ONLY=${RATES_ONLY:-0}
 
 # shellcheck disable=SC1091
 . scripts/lib.sh # need_pkgs, start_minio
@@ -53,4 +63,5 @@ export MC_CONFIG_DIR=$work/mc MC_HOST_ckpt="http://$AWS_ACCESS_KEY_ID:$AWS_SECRE
 
 log "machine: $(nproc) cores, $(uname -r), mc $("$mc" --version 2>/dev/null | head -1)"
 "$work/ckptbench" -lifeboat "$work/lifeboat" -mc "$mc" -mc-alias ckpt -work "$work/runs" -server-pid "$(cat "$work/minio/pid")" \
-	-runs "$RUNS" -size "$SIZE"
+	-runs "$RUNS" -size "$SIZE" -rates "$RATES" -rates-only="$([[ $RATES_ONLY == 1 ]] && echo true || echo false)" \
+	-before "${BEFORE:-}"

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"log/slog"
 	"maps"
 	"os"
@@ -97,6 +98,8 @@ type Uploader struct {
 
 	mu    sync.Mutex
 	known map[fileID][]Chunk // files committed by this Uploader, by identity
+	// streamed is what streams of this Uploader stored (stream.go).
+	streamed streamedChunks
 	// index is what this Uploader knows of the store's chunks: the hashes
 	// its last listing found, with their modification times, plus the
 	// chunks it has stored since, each with the time its Put began (no
@@ -178,6 +181,12 @@ type UploadResult struct {
 	// since (device, inode, size, modification and change time), whose
 	// chunks were reused without reading them again.
 	ReusedFiles int
+	// StreamedBytes and StreamedChunks count, among the deduplicated
+	// chunks, those a Stream of this Uploader stored while the files were
+	// written, confirmed by the keyed hash of the bytes read now: they were
+	// not hashed with SHA-256 or Put again.
+	StreamedBytes  int64
+	StreamedChunks int
 	// Reread counts the times a file that changed while it was read was
 	// read again from its start.
 	Reread int
@@ -191,6 +200,9 @@ type uploadJob struct {
 	file, chunk int
 	attempt     int // the file's read attempt the chunk belongs to
 	buf         []byte
+	// streamed: a Stream of the Uploader stored a chunk it read at this
+	// chunk's offset of this file (streamedChunks.readAt)
+	streamed bool
 }
 
 // Upload stores the regular files under dir as the snapshot of target. It
@@ -303,6 +315,8 @@ type uploadRun struct {
 	dupBytes atomic.Int64
 	upN      atomic.Int64
 	dupN     atomic.Int64
+	strBytes atomic.Int64
+	strN     atomic.Int64
 }
 
 // plan checks the configuration and target, finds the files, checks that
@@ -503,7 +517,9 @@ func (run *uploadRun) readFile(ctx context.Context, i int, pool chan []byte, sto
 				pool <- buf
 				return
 			}
-			store(uploadJob{file: i, chunk: j, attempt: attempt, buf: buf})
+			f := run.files[i] // the reader's own: a re-read replaces it here
+			streamed := run.u.streamed.readAt([2]uint64{f.dev, f.ino}, int64(j)*int64(run.chunkSize))
+			store(uploadJob{file: i, chunk: j, attempt: attempt, buf: buf, streamed: streamed})
 		})
 		if rerr == nil {
 			return nil
@@ -537,7 +553,7 @@ func (run *uploadRun) storeJob(ctx context.Context, job uploadJob, pool chan []b
 		pool <- job.buf
 		return nil
 	}
-	err := run.u.storeChunk(ctx, job, func(sum string) (skip bool) {
+	err := run.u.storeChunk(ctx, job, job.streamed, func(sum string) (skip bool) {
 		run.mu.Lock()
 		defer run.mu.Unlock()
 		if run.attempts[job.file] != job.attempt {
@@ -550,8 +566,12 @@ func (run *uploadRun) storeJob(ctx context.Context, job uploadJob, pool chan []b
 		run.seen[sum] = true
 		mod, ok := run.index[sum]
 		return ok && run.start.Sub(mod) <= run.reuseAge
-	}, func(uploaded bool) {
+	}, func(uploaded, streamed bool) {
 		n := int64(len(job.buf))
+		if streamed {
+			run.strBytes.Add(n)
+			run.strN.Add(1)
+		}
 		if uploaded {
 			run.upBytes.Add(n)
 			run.upN.Add(1)
@@ -571,6 +591,7 @@ func (run *uploadRun) commit(ctx context.Context) (*UploadResult, error) {
 	res := run.res
 	res.UploadedBytes, res.DedupedBytes = run.upBytes.Load(), run.dupBytes.Load()
 	res.UploadedChunks, res.DedupedChunks = int(run.upN.Load()), int(run.dupN.Load())
+	res.StreamedBytes, res.StreamedChunks = run.strBytes.Load(), int(run.strN.Load())
 	if elapsed := run.clock().Sub(run.start); elapsed > run.window/4 {
 		return nil, fmt.Errorf("checkpoint: upload %s: took %s, over a quarter of the %s safety window; not committing because prune may have removed reused chunks; upload again or raise the safety window of both upload and prune", run.target, elapsed, run.window)
 	}
@@ -622,12 +643,27 @@ func (run *uploadRun) manifest() *Manifest {
 }
 
 // storeChunk hashes job's bytes and Puts them unless skip(sum) says the
-// store holds them already; done reports which happened.
-func (u *Uploader) storeChunk(ctx context.Context, job uploadJob, skip func(sum string) bool, done func(uploaded bool)) error {
-	sum, crc := storage.Checksums(job.buf)
+// store holds them already; done reports which happened, and whether a
+// Stream had stored these bytes (their SHA-256 is then the one it
+// recorded under their keyed hash, and is not computed again). Only a
+// chunk a Stream read at the same offset of the same file (tryStreamed)
+// is looked up.
+func (u *Uploader) storeChunk(ctx context.Context, job uploadJob, tryStreamed bool, skip func(sum string) bool, done func(uploaded, streamed bool)) error {
+	var sum string
+	var streamed bool
+	if tryStreamed {
+		sum, streamed = u.streamed.lookup(job.buf)
+	}
+	var crc uint32
+	if !streamed {
+		sum, crc = storage.Checksums(job.buf)
+	}
 	if skip(sum) {
-		done(false)
+		done(false, streamed)
 		return nil
+	}
+	if streamed {
+		crc = crc32.Checksum(job.buf, storage.CRC32CTable)
 	}
 	key := chunkKey(sum)
 	begun := orDefaultClock(u.Clock)()
@@ -635,7 +671,7 @@ func (u *Uploader) storeChunk(ctx context.Context, job uploadJob, skip func(sum 
 		return fmt.Errorf("checkpoint: upload %s: %w", key, err)
 	}
 	u.stored(sum, begun)
-	done(true)
+	done(true, false)
 	return nil
 }
 

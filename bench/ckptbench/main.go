@@ -62,6 +62,17 @@ type options struct {
 	lifeboat, mc, alias, work, bucket string
 	runs                              int
 	size                              int64
+	rates                             []float64 // measurement 5: MB/s of the trainer's write, 0 unpaced
+	ratesOnly                         bool      // run measurement 5 alone
+	before                            string    // measurement 5: another lifeboat binary to time in the same runs
+}
+
+// paced is one run of measurement 5 at one write rate. Times are seconds.
+type paced struct {
+	rate                      float64 // MB/s, 0: unpaced
+	total, write, mcUp, flush float64
+	streamed                  int64   // bytes the commit took from the stream (checkpoint.committed's streamed_bytes)
+	totalBefore               float64 // SIGTERM to durable with -before's binary, 0 without
 }
 
 // round is one run of every measurement. Times are seconds, RSS KiB.
@@ -95,7 +106,21 @@ func main() {
 	flag.IntVar(&o.runs, "runs", 3, "runs of each measurement")
 	flag.Int64Var(&o.size, "size", 1<<30, "checkpoint bytes")
 	flag.IntVar(&serverPID, "server-pid", 0, "pid of the MinIO server, to report its CPU time during restores and downloads")
+	rates := flag.String("rates", "0,300,100", "measurement 5: the trainer's write rates in MB/s, comma-separated; 0 is as fast as it goes; empty skips it")
+	flag.BoolVar(&o.ratesOnly, "rates-only", false, "run measurement 5 alone")
+	flag.StringVar(&o.before, "before", "", "measurement 5: another lifeboat binary (an earlier version) timed at each rate in the same runs, the order alternating")
 	flag.Parse()
+	for f := range strings.SplitSeq(*rates, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		r, err := strconv.ParseFloat(f, 64)
+		if err != nil || r < 0 {
+			fmt.Fprintf(os.Stderr, "ckptbench: -rates: %q is not a rate in MB/s (0 or more)\n", f)
+			os.Exit(2)
+		}
+		o.rates = append(o.rates, r)
+	}
 	if o.work == "" {
 		fmt.Fprintln(os.Stderr, "ckptbench: -work is required")
 		os.Exit(2)
@@ -110,12 +135,21 @@ func main() {
 	dropped := dropCaches()
 	loadBefore := loadAvg()
 	var rounds []round
+	var pacedRuns []paced
 	for i := range o.runs {
-		r, err := runRound(ctx, o, self, i)
+		if !o.ratesOnly {
+			r, err := runRound(ctx, o, self, i)
+			check(err)
+			rounds = append(rounds, r)
+		}
+		p, err := pacedRound(o, self, i)
 		check(err)
-		rounds = append(rounds, r)
+		pacedRuns = append(pacedRuns, p...)
 	}
-	printTables(os.Stdout, o, rounds, dropped)
+	if !o.ratesOnly {
+		printTables(os.Stdout, o, rounds, dropped)
+	}
+	printPaced(os.Stdout, o, pacedRuns)
 	fmt.Printf("Load average (1 min) before / after: %s / %s; other work on the machine shares the cores.\n", loadBefore, loadAvg())
 }
 
@@ -141,7 +175,7 @@ func runRound(ctx context.Context, o options, self string, i int) (round, error)
 
 	// 1. SIGTERM to durable, then mc cp of the same file.
 	logf("run %d: lifeboat run, SIGTERM, %d-byte checkpoint", i+1, o.size)
-	if err := sigtermToDurable(o, self, i, dir, ckpt, store, &r); err != nil {
+	if err := sigtermToDurable(o, self, i, dir, ckpt, store, 0, &r); err != nil {
 		return r, err
 	}
 	src := filepath.Join(ckpt, filepath.FromSlash(ckptFile))
@@ -215,6 +249,133 @@ func runRound(ctx context.Context, o options, self string, i int) (round, error)
 	}
 	logf("run %d: format checks on and off, %d bytes in %d files", i+1, o.size, formatFiles)
 	return r, formatCost(ctx, o, i, dir, &r)
+}
+
+// pacedRound is measurement 5 for run i: at each of o.rates, SIGTERM to
+// durable with the trainer writing at that rate, then `mc cp` of the same
+// finished file to the same server.
+func pacedRound(o options, self string, i int) ([]paced, error) {
+	var out []paced
+	for k, rate := range o.rates {
+		dir := filepath.Join(o.work, fmt.Sprintf("paced%d-%d", i, k))
+		ckpt := filepath.Join(dir, "ckpt")
+		if err := os.MkdirAll(ckpt, 0o755); err != nil {
+			return nil, err
+		}
+		store := fmt.Sprintf("s3://%s/paced-%d-%d", o.bucket, i, k)
+		p := paced{rate: rate}
+		lb := func() error {
+			logf("run %d: lifeboat run, SIGTERM, %d-byte checkpoint written at %s", i+1, o.size, rateName(rate))
+			var r round
+			// Another seed than measurement 1's: nothing of it is stored yet.
+			if err := sigtermToDurable(o, self, 100+10*i+k, dir, ckpt, store, rate, &r); err != nil {
+				return err
+			}
+			p.total, p.write, p.flush = r.termTotal, r.trainerWrite, r.flush
+			p.streamed = streamedBytes(filepath.Join(dir, "lifeboat-run.log"))
+			return nil
+		}
+		before := func() error {
+			if o.before == "" {
+				return nil
+			}
+			logf("run %d: the -before binary, the same at %s", i+1, rateName(rate))
+			ob := o
+			ob.lifeboat = o.before
+			d := filepath.Join(dir, "before")
+			if err := os.MkdirAll(filepath.Join(d, "ckpt"), 0o755); err != nil {
+				return err
+			}
+			var r round
+			if err := sigtermToDurable(ob, self, 200+10*i+k, d, filepath.Join(d, "ckpt"), store+"-before", rate, &r); err != nil {
+				return fmt.Errorf("-before: %w", err)
+			}
+			p.totalBefore = r.termTotal
+			return os.RemoveAll(d)
+		}
+		first, second := lb, before
+		if i%2 == 1 {
+			first, second = before, lb
+		}
+		if err := first(); err != nil {
+			return nil, err
+		}
+		if err := second(); err != nil {
+			return nil, err
+		}
+		logf("run %d: mc cp up", i+1)
+		src := filepath.Join(ckpt, filepath.FromSlash(ckptFile))
+		res, err := timed(dir, o.mc, "cp", "--quiet", src, fmt.Sprintf("%s/%s/paced-mc-%d-%d/latest.pdparams", o.alias, o.bucket, i, k))
+		if err != nil {
+			return nil, err
+		}
+		p.mcUp = res.secs
+		out = append(out, p)
+		// What this rate stored is not needed again: free the server's disk.
+		for _, prefix := range []string{fmt.Sprintf("paced-%d-%d", i, k), fmt.Sprintf("paced-%d-%d-before", i, k), fmt.Sprintf("paced-mc-%d-%d", i, k)} {
+			if out, err := exec.Command(o.mc, "rm", "--recursive", "--force", "--quiet", fmt.Sprintf("%s/%s/%s", o.alias, o.bucket, prefix)).CombinedOutput(); err != nil {
+				logf("mc rm %s: %v: %s", prefix, err, out)
+			}
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func rateName(rate float64) string {
+	if rate == 0 {
+		return "full speed"
+	}
+	return fmt.Sprintf("%.0f MB/s", rate)
+}
+
+// printPaced prints measurement 5: per rate, the medians of the runs.
+func printPaced(w io.Writer, o options, runs []paced) {
+	if len(runs) == 0 {
+		return
+	}
+	med := func(rate float64, f func(paced) float64) float64 {
+		var v []float64
+		for _, p := range runs {
+			if p.rate == rate {
+				v = append(v, f(p))
+			}
+		}
+		slices.Sort(v)
+		if n := len(v); n%2 == 0 {
+			return (v[n/2-1] + v[n/2]) / 2
+		}
+		return v[len(v)/2]
+	}
+	fmt.Fprintf(w, "\n5. SIGTERM to durable with the trainer's %d-byte save written at a set rate, against the trainer's write and `mc cp` of the finished file in the same run; median of %d runs, seconds.\n\n", o.size, o.runs)
+	fmt.Fprintln(w, "| write rate | trainer's write | `mc cp` up | SIGTERM to durable | of which the final flush | / max(write, mc) | aim | met | / (write + mc) | `-before` binary | this / before |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|")
+	for _, rate := range o.rates {
+		write := med(rate, func(p paced) float64 { return p.write })
+		mc := med(rate, func(p paced) float64 { return p.mcUp })
+		total := med(rate, func(p paced) float64 { return p.total })
+		flush := med(rate, func(p paced) float64 { return p.flush })
+		ofMax := med(rate, func(p paced) float64 { return p.total / max(p.write, p.mcUp) })
+		ofSum := med(rate, func(p paced) float64 { return p.total / (p.write + p.mcUp) })
+		met := "yes"
+		if ofMax > 1.15 {
+			met = "**no**"
+		}
+		bef, vs := "", ""
+		if o.before != "" {
+			bef = fmt.Sprintf("%.2f", med(rate, func(p paced) float64 { return p.totalBefore }))
+			vs = fmt.Sprintf("%.2fx", med(rate, func(p paced) float64 { return p.total / p.totalBefore }))
+		}
+		fmt.Fprintf(w, "| %s | %.2f | %.2f | %.2f | %.2f | %.2fx | <= 1.15x | %s | %.2fx | %s | %s |\n", rateName(rate), write, mc, total, flush, ofMax, met, ofSum, bef, vs)
+	}
+	fmt.Fprintln(w, "\nEach run (seconds):")
+	fmt.Fprintln(w, "\n| run | write rate | write | mc up | total | flush | MiB the commit took from the stream | total, `-before` |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
+	for i, p := range runs {
+		fmt.Fprintf(w, "| %d | %s | %.2f | %.2f | %.2f | %.2f | %.0f | %.2f |\n", i/len(o.rates)+1, rateName(p.rate), p.write, p.mcUp, p.total, p.flush, float64(p.streamed)/(1<<20), p.totalBefore)
+	}
 }
 
 // formatFiles is how many pickles measurement 4's checkpoint is made of.
@@ -296,7 +457,7 @@ func formatCost(ctx context.Context, o options, i int, dir string, r *round) err
 
 // sigtermToDurable runs lifeboat with the helper trainer, sends SIGTERM
 // once the trainer is ready and times lifeboat until it exits.
-func sigtermToDurable(o options, self string, i int, dir, ckpt, store string, r *round) error {
+func sigtermToDurable(o options, self string, i int, dir, ckpt, store string, rate float64, r *round) error {
 	ready := filepath.Join(dir, "ready")
 	report := filepath.Join(dir, "trainer.json")
 	timeOut := filepath.Join(dir, "time-run.txt")
@@ -309,7 +470,7 @@ func sigtermToDurable(o options, self string, i int, dir, ckpt, store string, r 
 	cmd := exec.Command("/usr/bin/time", "-v", "-o", timeOut, o.lifeboat, "run",
 		"--store", store, "--dir", ckpt, "--grace", "600s", "--create-bucket", "--log-format", "json", "--",
 		self, "trainer", "-out", ckptFile, "-size", strconv.FormatInt(o.size, 10),
-		"-seed", strconv.Itoa(i+1), "-ready", ready, "-report", report)
+		"-seed", strconv.Itoa(i+1), "-ready", ready, "-report", report, "-rate", strconv.FormatFloat(rate*1e6, 'f', -1, 64))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own group, so that a failure here can kill time and lifeboat.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -394,6 +555,27 @@ func checkCommitted(o options, store string) error {
 		return fmt.Errorf("lifeboat ls --store %s: want one complete checkpoint of %d bytes, got %s", store, o.size, out)
 	}
 	return nil
+}
+
+// streamedBytes reads the streamed_bytes of lifeboat's last
+// checkpoint.committed log line: the bytes the final commit took from
+// the chunks stored while the trainer wrote; 0 when there is none.
+func streamedBytes(logPath string) int64 {
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for line := range bytes.Lines(b) {
+		var ev struct {
+			Msg      string `json:"msg"`
+			Streamed int64  `json:"streamed_bytes"`
+		}
+		if json.Unmarshal(line, &ev) == nil && ev.Msg == "checkpoint.committed" {
+			n = ev.Streamed
+		}
+	}
+	return n
 }
 
 // flushSeconds reads the final upload's duration from lifeboat's

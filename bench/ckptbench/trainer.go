@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -34,6 +35,7 @@ func trainer(args []string) {
 	seed := fs.Uint64("seed", 1, "seed of the byte stream")
 	ready := fs.String("ready", "", "file to write lifeboat's pid into once SIGTERM is handled")
 	report := fs.String("report", "", "file to write the trainerReport into")
+	rate := fs.Float64("rate", 0, "bytes per second the save is written at, as a slower disk or a framework serialising from GPU memory would; 0: as fast as it goes")
 	fs.Parse(args)
 
 	sigs := make(chan os.Signal, 1)
@@ -46,7 +48,7 @@ func trainer(args []string) {
 	check(os.MkdirAll(filepath.Dir(path), 0o755))
 	f, err := os.Create(path)
 	check(err)
-	check(writePickle(f, *size, *seed))
+	check(writePickle(&pacer{f: f, rate: *rate, t0: t0}, *size, *seed))
 	check(f.Close())
 	d := time.Since(t0)
 
@@ -60,7 +62,7 @@ func trainer(args []string) {
 // writePickle writes a pickle of exactly size bytes (at least 12), as
 // paddle.save would: PROTO 4, one BINBYTES8 whose payload is writeRandom's
 // stream, and STOP, so lifeboat's format check passes and reads every byte.
-func writePickle(f *os.File, size int64, seed uint64) error {
+func writePickle(f io.Writer, size int64, seed uint64) error {
 	if size < 12 {
 		return fmt.Errorf("a pickle needs at least 12 bytes, not %d", size)
 	}
@@ -109,7 +111,7 @@ func writeStateDict(f *os.File, size int64, seed uint64) error {
 
 // writeRandom writes size bytes of a ChaCha8 stream seeded with seed:
 // incompressible, the same for the same seed, different for another.
-func writeRandom(f *os.File, size int64, seed uint64) error {
+func writeRandom(f io.Writer, size int64, seed uint64) error {
 	var key [32]byte
 	binary.LittleEndian.PutUint64(key[:], seed)
 	src := rand.NewChaCha8(key)
@@ -123,6 +125,26 @@ func writeRandom(f *os.File, size int64, seed uint64) error {
 		size -= int64(len(b))
 	}
 	return nil
+}
+
+// pacer writes to f front to back at most rate bytes per second since t0
+// (rate 0: unpaced): after each write it sleeps until the bytes written so
+// far are due.
+type pacer struct {
+	f       *os.File
+	rate    float64
+	t0      time.Time
+	written int64
+}
+
+func (p *pacer) Write(b []byte) (int, error) {
+	n, err := p.f.Write(b)
+	p.written += int64(n)
+	if p.rate > 0 {
+		due := p.t0.Add(time.Duration(float64(p.written) / p.rate * float64(time.Second)))
+		time.Sleep(time.Until(due))
+	}
+	return n, err
 }
 
 // writeAtomic writes data to path through a temporary file and a rename, so

@@ -284,11 +284,16 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 		return err
 	}
 	cfg.Notices = claimNotices(bg, cfg.Notices, cl, &o.kube)
-	// What a stop reaches besides the trainer: the grace budget's metric,
+	// What a stop reaches besides the trainer: the agent (which stores the
+	// chunks of the trainer's last save as they are written), the grace
+	// budget's metric,
 	// the other ranks (a job-wide stop), the claim of the rank (released:
 	// a replacement pod may start while the final upload runs) and the
 	// pod's annotations.
 	cfg.OnStop = func(reason string, end time.Time) {
+		if p != nil {
+			p.agent.Stopping()
+		}
 		m.SetGraceEnd(end)
 		js.begin(reason, end)
 		releaseClaim(cl)

@@ -19,6 +19,12 @@ its SIGTERM handler's.
                         leaving the file open (a save cut short)
     raw PATH BYTES      write BYTES bytes of a raw (unchecked) format
     rawtorn PATH BYTES  write the first half of them, leaving the file open
+    part PATH BYTES     append BYTES random bytes to PATH (opened and
+                        truncated by the first part, then left open), as a
+                        save written front to back does; flushed
+    rewrite PATH OFF BYTES  overwrite BYTES bytes of PATH, opened by part,
+                        at offset OFF with other random bytes (pwrite): a
+                        writer going back over what it wrote
     closeall            close the files left open
     append PATH TEXT    append a line to a text file (a log)
     mark DIR STEP       write the marker file (commit()'s, $LIFEBOAT_MARKER)
@@ -58,6 +64,7 @@ SIZE = int(os.environ.get("TRAINER_PICKLE_BYTES", str(1 << 20)))
 MARKER = os.environ.get("LIFEBOAT_MARKER", ".lifeboat-commit")
 PICKLES = (".pdparams", ".pdopt", ".pkl")
 open_files = []
+parts = {}  # PATH -> the file part writes to
 
 
 def emit(**kv):
@@ -161,10 +168,22 @@ def run(actions):
         elif a == "rawtorn":
             write(args[0], raw_bytes(int(args[1])), False)
             i += 2
+        elif a == "part":
+            f = parts.get(args[0])
+            if f is None:
+                f = parts[args[0]] = open(path(args[0]), "wb")
+                open_files.append(f)
+            f.write(os.urandom(int(args[1])))
+            f.flush()
+            i += 2
+        elif a == "rewrite":
+            os.pwrite(parts[args[0]].fileno(), os.urandom(int(args[2])), int(args[1]))
+            i += 3
         elif a == "closeall":
             for f in open_files:
                 f.close()
             open_files.clear()
+            parts.clear()
         elif a == "append":
             with open(path(args[0]), "a") as f:
                 f.write(args[1] + "\n")
