@@ -425,3 +425,26 @@ func TestRecordKeyRoundTrip(t *testing.T) {
 
 // fixedTime is a commit time for records made by hand.
 var fixedTime = time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+
+// TestRecordOnEveryStore: on every backend (MinIO's listings give the
+// store's times a writer and a reader must agree on), the ranks' commits
+// leave one record per step that holds for a later listing, and every
+// rank's restore then reads its own manifest only and takes what a full
+// read takes.
+func TestRecordOnEveryStore(t *testing.T) {
+	defer verifyNone(t)
+	allStores(t, func(t *testing.T, s storage.Store) {
+		const n, steps = 8, 3
+		commitSteps(t, s, n, steps)
+		if got := recordKeys(t, s, snapshotsPrefix); len(got) != steps {
+			t.Fatalf("records %v, want one per step", got)
+		}
+		_, reqs := restoreEveryRank(t, s, n)
+		for r := range n {
+			if reqs[r] > 2 {
+				t.Errorf("rank %d made %d requests; want a listing and its own manifest", r, reqs[r])
+			}
+			sameRestore(t, s, r, n)
+		}
+	})
+}
