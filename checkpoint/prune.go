@@ -165,7 +165,7 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 	if opts.Line != nil {
 		line = ShortLine(opts.Line.Line)
 	}
-	p.log.Info("checkpoint.pruned", "line", line, "kept", res.Kept, "deleted_from_lines", lines, "unrestorable", res.Unrestorable, "abandoned", res.Abandoned, "deleted_steps", len(res.DeletedSteps), "deleted_revisions", res.DeletedRevisions,
+	p.log.Info("checkpoint.pruned", "line", line, "kept", res.Kept, "deleted_from_lines", lines, "unrestorable", res.Unrestorable, "abandoned", res.Abandoned, "deleted_steps", len(res.DeletedSteps), "deleted_revisions", res.DeletedRevisions, "deleted_records", res.DeletedRecords,
 		"deleted_chunks", res.DeletedChunks, "deleted_bytes", res.DeletedBytes,
 		"deleted_leftovers", res.DeletedLeftovers, "deleted_leftover_bytes", res.DeletedLeftoverBytes, "young_leftovers", res.YoungLeftovers, "dry_run", opts.DryRun)
 	return res, nil
