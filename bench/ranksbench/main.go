@@ -2,7 +2,7 @@
 // number of ranks of a job, against one S3 server, and prints Markdown
 // tables. bench/ranks.sh starts a local MinIO and runs it.
 //
-//	ranksbench -work DIR [-ranks 1,8,32,128] [-steps 4] [-keep 3]
+//	ranksbench -work DIR [-ranks 1,8,32,128,512] [-steps 4] [-keep 3]
 //
 // The ranks run in this one process, each with its own storage/s3 client
 // (its own connections), its own checkpoint.Uploader and its own directory:
@@ -20,7 +20,9 @@
 //  2. The cost of checkpoint.Latest (restore's "latest") and checkpoint.List
 //     (ls) after each step, as steps x ranks grow, and of rank 0's Prune
 //     with -keep after each step past -keep, as lifeboat run does.
-//  3. Every rank calling Latest at once, as a job's restore does.
+//  3. Every rank calling Latest at once, and then every rank's
+//     RestoreLatest at once, as a job's restore does (its LIST pages and
+//     GETs of manifests and completion records, by rank).
 //  4. Idle watching: a coord.Coordinator and a coord.Claim per rank for -watch-window at
 //     -watch-interval; requests per rank per second and per interval.
 //
@@ -66,7 +68,7 @@ func main() {
 	var ranks string
 	flag.StringVar(&o.work, "work", "", "scratch directory (required)")
 	flag.StringVar(&o.bucket, "bucket", "lifeboat-bench", "bucket, created when missing")
-	flag.StringVar(&ranks, "ranks", "1,8,32,128", "numbers of ranks, comma-separated")
+	flag.StringVar(&ranks, "ranks", "1,8,32,128,512", "numbers of ranks, comma-separated")
 	flag.IntVar(&o.steps, "steps", 4, "steps committed by every rank")
 	flag.IntVar(&o.keep, "keep", 3, "rank 0 prunes to this many steps after each commit")
 	flag.IntVar(&o.size, "size", 4096, "bytes of each rank's checkpoint")
@@ -100,6 +102,8 @@ type result struct {
 	latest    []cost          // after each step, and after the last prune
 	prune     []cost          // rank 0's prunes
 	together  cost            // every rank's Latest at once (summed)
+	restore   cost            // every rank's RestoreLatest at once (summed)
+	restoreHi int64           // most requests of one rank's RestoreLatest (LIST pages and snapshots/ GETs)
 	idle      counts          // all ranks but rank 0, while watching
 	idleRank0 counts
 }
@@ -112,6 +116,7 @@ type cost struct {
 	list       counts
 	listT      time.Duration
 	afterPrune bool
+	restore    counts // measureLarge: rank 0's RestoreLatest
 }
 
 func newStore(ctx context.Context, bucket, prefix string) (*countingStore, error) {
@@ -266,6 +271,28 @@ func measure(ctx context.Context, o options, n int, prefix string) (*result, err
 		res.together.latest = res.together.latest.add(stores[r].snapshot().sub(before[r]))
 	}
 
+	// Every rank restores the latest step at once, each into its own
+	// directory, as a job's restart does.
+	for r := range n {
+		before[r] = stores[r].snapshot()
+	}
+	t = time.Now()
+	for r := range n {
+		wg.Go(func() {
+			_, errs[r] = checkpoint.RestoreLatest(ctx, stores[r], r, filepath.Join(o.work, prefix, fmt.Sprintf("restore-%05d", r)), checkpoint.RestoreOptions{WorldSize: n, Workers: 2})
+		})
+	}
+	wg.Wait()
+	res.restore.latestT = time.Since(t)
+	for r := range n {
+		if errs[r] != nil {
+			return nil, errs[r]
+		}
+		d := stores[r].snapshot().sub(before[r])
+		res.restore.latest = res.restore.latest.add(d)
+		res.restoreHi = max(res.restoreHi, d.Pages+d.SnapGet)
+	}
+
 	// Idle watching.
 	wctx, cancel := context.WithTimeout(ctx, o.watchWindow)
 	defer cancel()
@@ -320,8 +347,8 @@ func lookCost(ctx context.Context, st *countingStore, n int) (cost, error) {
 }
 
 // measureLarge commits -latest-ranks ranks x -keep steps through one
-// Uploader (FinalUploadFiles: one listing of the chunks) and measures
-// Latest and List on them.
+// Uploader (one listing of the chunks) and measures Latest, List and rank
+// 0's RestoreLatest on them.
 func measureLarge(ctx context.Context, o options, prefix string) (cost, error) {
 	st, err := newStore(ctx, o.bucket, prefix)
 	if err != nil {
@@ -365,7 +392,16 @@ func measureLarge(ctx context.Context, o options, prefix string) (cost, error) {
 		return cost{}, err
 	default:
 	}
-	return lookCost(ctx, st, n)
+	c, err := lookCost(ctx, st, n)
+	if err != nil {
+		return c, err
+	}
+	before := st.snapshot()
+	if _, err := checkpoint.RestoreLatest(ctx, st, 0, filepath.Join(o.work, prefix, "restore"), checkpoint.RestoreOptions{WorldSize: n}); err != nil {
+		return c, err
+	}
+	c.restore = st.snapshot().sub(before)
+	return c, nil
 }
 
 func median(ds []time.Duration) time.Duration {
@@ -456,6 +492,21 @@ func report(o options, rs []*result, big *cost) {
 	}
 	if big != nil {
 		row(o.latestRanks, *big, " (1 Uploader)")
+	}
+
+	fmt.Printf("\n### Every rank restores the latest step at once (a job's restore): LIST pages and GETs of manifests and records (snapshots/), chunks not counted\n\n")
+	fmt.Println("| ranks | steps stored | all ranks: LIST pages | GETs of manifests and records | wall time | requests per rank | most of one rank |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rs {
+		c := r.restore.latest
+		steps := 0
+		if len(r.latest) > 0 {
+			steps = r.latest[len(r.latest)-1].steps
+		}
+		fmt.Printf("| %d | %d | %d | %d | %s | %s | %d |\n", r.n, steps, c.Pages, c.SnapGet, ms(r.restore.latestT), per(c.Pages+c.SnapGet, r.n), r.restoreHi)
+	}
+	if big != nil {
+		fmt.Printf("\nRank 0's restore over %d ranks x %d steps (1 Uploader): %d LIST pages, %d GETs of manifests and records.\n", o.latestRanks, o.keep, big.restore.Pages, big.restore.SnapGet)
 	}
 
 	fmt.Printf("\n### Every rank asks for the latest step at once (a job's restore), and rank 0's prune\n\n")
