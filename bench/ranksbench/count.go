@@ -32,9 +32,12 @@ func (c counts) add(o counts) counts {
 	return counts{c.Put + o.Put, c.Get + o.Get, c.Stat + o.Stat, c.List + o.List, c.Pages + o.Pages, c.Keys + o.Keys, c.Delete + o.Delete, c.SnapGet + o.SnapGet}
 }
 
-// countingStore counts the requests made through it.
+// countingStore counts the requests made through it. The ranks use it
+// through storage.Retry (retried), as lifeboat uses every store: each
+// attempt is counted.
 type countingStore struct {
 	storage.Store
+	retry storage.Store
 	put, get, stat, list, pages, keys, del, snapGet atomic.Int64
 }
 
@@ -78,3 +81,13 @@ func (s *countingStore) Delete(ctx context.Context, key string) error {
 	s.del.Add(1)
 	return s.Store.Delete(ctx, key)
 }
+
+// newCounting counts the requests made to st.
+func newCounting(st storage.Store) *countingStore {
+	c := &countingStore{Store: st}
+	c.retry = storage.Retry(c, storage.RetryPolicy{})
+	return c
+}
+
+// retried is s wrapped in storage.Retry with lifeboat's default policy.
+func (s *countingStore) retried() storage.Store { return s.retry }

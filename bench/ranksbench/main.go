@@ -128,7 +128,7 @@ func newStore(ctx context.Context, bucket, prefix string) (*countingStore, error
 	if err != nil {
 		return nil, err
 	}
-	return &countingStore{Store: st}, nil
+	return newCounting(st), nil
 }
 
 // writeCkpt writes rank's checkpoint of step: size bytes of its own.
@@ -178,7 +178,7 @@ func measure(ctx context.Context, o options, n int, prefix string) (*result, err
 			return nil, err
 		}
 		stores[r] = st
-		ups[r] = &checkpoint.Uploader{Store: st, Workers: 2}
+		ups[r] = &checkpoint.Uploader{Store: st.retried(), Workers: 2}
 	}
 	observer, err := newStore(ctx, o.bucket, prefix)
 	if err != nil {
@@ -214,7 +214,7 @@ func measure(ctx context.Context, o options, n int, prefix string) (*result, err
 		last := slices.MaxFunc(done, func(a, b time.Time) int { return a.Compare(b) })
 		var got int64
 		for got != step {
-			if got, err = checkpoint.Latest(ctx, observer, n); err != nil {
+			if got, err = checkpoint.Latest(ctx, observer.retried(), n); err != nil {
 				return nil, err
 			}
 		}
@@ -236,7 +236,7 @@ func measure(ctx context.Context, o options, n int, prefix string) (*result, err
 		if step > int64(o.keep) {
 			before := stores[0].snapshot()
 			t := time.Now()
-			if _, err := checkpoint.Prune(ctx, stores[0], checkpoint.PruneOptions{Keep: o.keep}); err != nil {
+			if _, err := checkpoint.Prune(ctx, stores[0].retried(), checkpoint.PruneOptions{Keep: o.keep}); err != nil {
 				return nil, err
 			}
 			res.prune = append(res.prune, cost{steps: c.steps, latest: stores[0].snapshot().sub(before), latestT: time.Since(t)})
@@ -260,7 +260,7 @@ func measure(ctx context.Context, o options, n int, prefix string) (*result, err
 	errs := make([]error, n)
 	t := time.Now()
 	for r := range n {
-		wg.Go(func() { _, errs[r] = checkpoint.Latest(ctx, stores[r], n) })
+		wg.Go(func() { _, errs[r] = checkpoint.Latest(ctx, stores[r].retried(), n) })
 	}
 	wg.Wait()
 	res.together.latestT = time.Since(t)
@@ -279,7 +279,7 @@ func measure(ctx context.Context, o options, n int, prefix string) (*result, err
 	t = time.Now()
 	for r := range n {
 		wg.Go(func() {
-			_, errs[r] = checkpoint.RestoreLatest(ctx, stores[r], r, filepath.Join(o.work, prefix, fmt.Sprintf("restore-%05d", r)), checkpoint.RestoreOptions{WorldSize: n, Workers: 2})
+			_, errs[r] = checkpoint.RestoreLatest(ctx, stores[r].retried(), r, filepath.Join(o.work, prefix, fmt.Sprintf("restore-%05d", r)), checkpoint.RestoreOptions{WorldSize: n, Workers: 2})
 		})
 	}
 	wg.Wait()
@@ -301,12 +301,12 @@ func measure(ctx context.Context, o options, n int, prefix string) (*result, err
 		before[r] = stores[r].snapshot()
 	}
 	for r := range n {
-		c, err := coord.New(coord.Config{Store: stores[r], Rank: r, WorldSize: n, Interval: o.watchInterval, Started: started})
+		c, err := coord.New(coord.Config{Store: stores[r].retried(), Rank: r, WorldSize: n, Interval: o.watchInterval, Started: started})
 		if err != nil {
 			return nil, err
 		}
 		wg.Go(func() { c.Run(wctx) })
-		cl, err := coord.NewClaim(coord.ClaimConfig{Store: stores[r], Rank: r, WorldSize: n, Interval: o.watchInterval, Started: started})
+		cl, err := coord.NewClaim(coord.ClaimConfig{Store: stores[r].retried(), Rank: r, WorldSize: n, Interval: o.watchInterval, Started: started})
 		if err != nil {
 			return nil, err
 		}
@@ -329,14 +329,14 @@ func lookCost(ctx context.Context, st *countingStore, n int) (cost, error) {
 	var c cost
 	before := st.snapshot()
 	t := time.Now()
-	if _, err := checkpoint.Latest(ctx, st, n); err != nil {
+	if _, err := checkpoint.Latest(ctx, st.retried(), n); err != nil {
 		return c, err
 	}
 	c.latestT = time.Since(t)
 	c.latest = st.snapshot().sub(before)
 	before = st.snapshot()
 	t = time.Now()
-	snaps, err := checkpoint.List(ctx, st)
+	snaps, err := checkpoint.List(ctx, st.retried())
 	if err != nil {
 		return c, err
 	}
@@ -354,7 +354,7 @@ func measureLarge(ctx context.Context, o options, prefix string) (cost, error) {
 	if err != nil {
 		return cost{}, err
 	}
-	up := &checkpoint.Uploader{Store: st, Workers: 1}
+	up := &checkpoint.Uploader{Store: st.retried(), Workers: 1}
 	n := o.latestRanks
 	type job struct {
 		rank int
@@ -397,7 +397,7 @@ func measureLarge(ctx context.Context, o options, prefix string) (cost, error) {
 		return c, err
 	}
 	before := st.snapshot()
-	if _, err := checkpoint.RestoreLatest(ctx, st, 0, filepath.Join(o.work, prefix, "restore"), checkpoint.RestoreOptions{WorldSize: n}); err != nil {
+	if _, err := checkpoint.RestoreLatest(ctx, st.retried(), 0, filepath.Join(o.work, prefix, "restore"), checkpoint.RestoreOptions{WorldSize: n}); err != nil {
 		return c, err
 	}
 	c.restore = st.snapshot().sub(before)
