@@ -37,7 +37,7 @@ func (c counts) add(o counts) counts {
 // attempt is counted.
 type countingStore struct {
 	storage.Store
-	retry storage.Store
+	retry                                           storage.Store
 	put, get, stat, list, pages, keys, del, snapGet atomic.Int64
 }
 
