@@ -4,7 +4,7 @@
 #
 #   bench/ranks.sh            # from the repository root
 #
-# For 1, 8, 32 and 128 ranks (bench/ranksbench has the details), prints
+# For 1, 8, 32, 128 and 512 ranks (bench/ranksbench has the details), prints
 # Markdown tables of:
 #   1. the time from the last rank's commit until checkpoint.Latest returns
 #      the step, and the requests per rank per commit, by kind;
@@ -13,10 +13,12 @@
 #   3. the cost (LIST pages, GETs, time) of restore's "latest" and of ls as
 #      steps x ranks grow, with rank 0 pruning to --keep 3, of every rank's
 #      "latest" at once, and of rank 0's prune; and once of "latest" and ls
-#      over 1,000 ranks x 3 steps.
+#      over 1,000 ranks x 3 steps;
+#   4. the requests of every rank's restore at once (a job's restart):
+#      LIST pages and GETs of manifests and completion records.
 # The ranks run in one process, each with its own S3 client, Uploader and
 # directory; every client counts its requests. Environment:
-#   RANKS=LIST      numbers of ranks, comma-separated (default 1,8,32,128)
+#   RANKS=LIST      numbers of ranks, comma-separated (default 1,8,32,128,512)
 #   STEPS=N         steps every rank commits (default 4)
 #   LATEST_RANKS=N  ranks of the one large "latest" measurement (default 1000, 0: none)
 #   IDLE_ONLY=1     measure only 2. (the idle watching), at RANKS
@@ -25,7 +27,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-RANKS=${RANKS:-1,8,32,128}
+RANKS=${RANKS:-1,8,32,128,512}
 STEPS=${STEPS:-4}
 LATEST_RANKS=${LATEST_RANKS:-1000}
 

@@ -9,7 +9,10 @@
 // When a committed step's files change, they are committed as the next
 // revision of that step and rank; a rank's snapshot of a step is its highest
 // revision. A step is complete when the manifests of all ranks 0..n-1 exist,
-// decode, and provably describe one iteration (docs/FORMAT.md).
+// decode, and provably describe one iteration (docs/FORMAT.md). The rank
+// whose commit completes a step writes a completion record beside its
+// manifests (record.go); a restore takes a step whose record holds for
+// its listing without reading the other ranks' manifests.
 // Files are read only as the regular files scanned, unchanged while read,
 // and whole by the checks of package format. The storage layout and the
 // rules that make concurrent upload and prune safe are in docs/FORMAT.md.

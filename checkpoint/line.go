@@ -124,6 +124,9 @@ func newestOrder(keys []orderKey) []int {
 // a job that started fresh may have drawn its own line; rank 0's, whose
 // lifeboat prunes, names the step's), or the lowest rank's that decodes.
 func (g *stepGroup) line() string {
+	if g.rec != nil {
+		return g.rec.line
+	}
 	for r := range g.worldSize {
 		if m := g.manifests[r]; m != nil {
 			return m.Line

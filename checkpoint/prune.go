@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/storage"
@@ -76,8 +75,12 @@ type PruneResult struct {
 	// are kept (a higher revision of the same rank replaced them more than
 	// the safety window ago).
 	DeletedRevisions int
-	DeletedChunks    int
-	DeletedBytes     int64
+	// DeletedRecords counts completion records deleted: those of deleted
+	// steps, those of kept steps that no longer hold (a revision was
+	// committed after them), and those whose step has no manifests left.
+	DeletedRecords int
+	DeletedChunks  int
+	DeletedBytes   int64
 	// YoungUnreferenced counts chunks no manifest references that were kept
 	// because they are inside the safety window (uploads in progress), of
 	// those stored when the prune listed the chunks first.
@@ -118,13 +121,14 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 	p.now = opts.Clock()
 	p.cutoff = p.now.Add(-opts.SafetyWindow)
 
-	groups, err := listSteps(ctx, s, snapshotsPrefix)
+	groups, orphans, err := listStepsRecords(ctx, s, snapshotsPrefix)
 	if err != nil {
 		return nil, err
 	}
 	if err := readGroups(ctx, s, groups); err != nil {
 		return nil, fmt.Errorf("checkpoint: prune: read manifests in %s: %w", s, err)
 	}
+	p.orphans = orphans
 	logFutureCreated(p.log, groups, p.now)
 	stored, err := listChunks(ctx, s)
 	if err != nil {
@@ -161,7 +165,7 @@ func Prune(ctx context.Context, s storage.Store, opts PruneOptions) (*PruneResul
 	if opts.Line != nil {
 		line = ShortLine(opts.Line.Line)
 	}
-	p.log.Info("checkpoint.pruned", "line", line, "kept", res.Kept, "deleted_from_lines", lines, "unrestorable", res.Unrestorable, "abandoned", res.Abandoned, "deleted_steps", len(res.DeletedSteps), "deleted_revisions", res.DeletedRevisions,
+	p.log.Info("checkpoint.pruned", "line", line, "kept", res.Kept, "deleted_from_lines", lines, "unrestorable", res.Unrestorable, "abandoned", res.Abandoned, "deleted_steps", len(res.DeletedSteps), "deleted_revisions", res.DeletedRevisions, "deleted_records", res.DeletedRecords,
 		"deleted_chunks", res.DeletedChunks, "deleted_bytes", res.DeletedBytes,
 		"deleted_leftovers", res.DeletedLeftovers, "deleted_leftover_bytes", res.DeletedLeftoverBytes, "young_leftovers", res.YoungLeftovers, "dry_run", opts.DryRun)
 	return res, nil
@@ -176,6 +180,9 @@ type pruner struct {
 	now    time.Time // when the prune started, by opts.Clock
 	cutoff time.Time // now less the safety window
 	res    *PruneResult
+	// orphans are the completion records listed whose step has no
+	// manifest of their world size left.
+	orphans []storage.ObjectInfo
 }
 
 // chooseSteps goes through groups newest first (committed last, whatever
@@ -272,7 +279,21 @@ func (p *pruner) manifestsToDelete(groups []*stepGroup, old map[*stepGroup]bool)
 					deleted = append(deleted, g.withMark(rk.info)...)
 				}
 			}
+			// Its completion records last: a record outlives its
+			// manifests only while they are deleted, and one of a step
+			// whose ranks are not all listed is never used.
+			for _, rec := range g.records {
+				deleted = append(deleted, rec.info)
+			}
 			continue
+		}
+		// Records of a kept step that no longer hold for its listing (a
+		// revision was committed since): the listing holds every
+		// manifest their writer listed, so they never hold again.
+		for _, rec := range g.records {
+			if rec.state != g.state {
+				deleted = append(deleted, rec.info)
+			}
 		}
 		// A superseded revision goes once a revision above it was
 		// committed more than the window ago: a restore that chose it
@@ -288,6 +309,12 @@ func (p *pruner) manifestsToDelete(groups []*stepGroup, old map[*stepGroup]bool)
 					above = t
 				}
 			}
+		}
+	}
+	for _, oi := range p.orphans {
+		_, n, rec, _ := parseRecordKey(oi.Key)
+		if sc := p.opts.Line; sc == nil || rec.line == sc.Line && n == sc.WorldSize {
+			deleted = append(deleted, oi)
 		}
 	}
 	p.res.DeletedSteps = slices.Compact(p.res.DeletedSteps)
@@ -313,8 +340,10 @@ func (p *pruner) deleteManifests(ctx context.Context, doomed []storage.ObjectInf
 				return err
 			}
 		}
-		if !strings.HasSuffix(oi.Key, tornSuffix) {
+		if _, _, ok := parseManifestKey(oi.Key); ok {
 			p.res.DeletedManifests++
+		} else if _, _, _, ok := parseRecordKey(oi.Key); ok {
+			p.res.DeletedRecords++
 		}
 	}
 	return nil

@@ -41,7 +41,7 @@ func TestPruneKeepsNewest(t *testing.T) {
 	if !slices.Equal(res.Kept, []int64{4, 3}) || !slices.Equal(res.DeletedSteps, []int64{1, 2}) || res.DeletedManifests != 2 || res.DeletedChunks == 0 {
 		t.Errorf("Prune = %+v", res)
 	}
-	if dry.DeletedChunks != res.DeletedChunks || dry.DeletedManifests != res.DeletedManifests || before-s.Len() != res.DeletedChunks+res.DeletedManifests {
+	if dry.DeletedChunks != res.DeletedChunks || dry.DeletedManifests != res.DeletedManifests || dry.DeletedRecords != res.DeletedRecords || before-s.Len() != res.DeletedChunks+res.DeletedManifests+res.DeletedRecords {
 		t.Errorf("dry run %+v differs from the prune %+v, or store shrank by %d", dry, res, before-s.Len())
 	}
 	for _, step := range []int64{3, 4} {

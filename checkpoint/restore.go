@@ -412,6 +412,26 @@ func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, o
 // restoreStep restores rank's snapshot of g (every rank's, with
 // opts.AllRanks), a step candidateSteps returned, if the step is complete.
 func restoreStep(ctx context.Context, s storage.Store, g *stepGroup, rank int, dir string, opts RestoreOptions) (*RestoreResult, error) {
+	if g.rec != nil {
+		// Judged complete by its record: only this rank's manifest is
+		// read. Every rank's (AllRanks), or one that no longer holds
+		// what the record judged, is read in full, as without a record.
+		if !opts.AllRanks {
+			m, err := g.ownManifest(ctx, s, rank)
+			if err == nil {
+				return restoreOne(ctx, s, m, dir, opts)
+			}
+			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, storage.ErrNotExist) {
+				return nil, fmt.Errorf("checkpoint: step %d of %d ranks: %w", g.step, g.worldSize, err)
+			}
+			opts.Log.Info("checkpoint.record_not_used", "step", g.step, "world_size", g.worldSize, "rank", rank, "record", g.rec.info.Key, "err", err,
+				"effect", "every rank's manifest of the step is read, as without a record")
+		}
+		g.rec = nil
+		if err := readGroups(ctx, s, []*stepGroup{g}); err != nil {
+			return nil, fmt.Errorf("checkpoint: read manifests of step %d in %s: %w", g.step, s, err)
+		}
+	}
 	switch v, why := g.judge(); v {
 	case verdictNotPaired:
 		return nil, fmt.Errorf("checkpoint: step %d of %d ranks: %s: %w", g.step, g.worldSize, why, ErrNotPaired)

@@ -118,6 +118,13 @@ type stepGroup struct {
 	// torn maps the key of each manifest of the group that carries a
 	// torn mark (MarkTorn) to the mark's object.
 	torn map[string]storage.ObjectInfo
+	// records are the group's completion records as listed (record.go);
+	// rec, set by useRecord, is the one that holds for the listing: the
+	// group is then judged by it, its manifests not read.
+	records []stepRecord
+	rec     *stepRecord
+	// state is listingState as listed, before pairNamed changed keys.
+	state string
 }
 
 // allRanks reports whether every rank has a manifest key.
@@ -152,6 +159,9 @@ func (g *stepGroup) add(rank, revision int, oi storage.ObjectInfo) {
 // object's ModTime. now is the reader's clock, for a store that keeps no
 // object times. The rule of newest (newestOrder) orders lines by it.
 func (g *stepGroup) committed(now time.Time) time.Time {
+	if g.rec != nil {
+		return g.rec.at
+	}
 	var t time.Time
 	for r, oi := range g.keys {
 		if c, _ := commitTime(g.manifests[r], oi, now); c.After(t) {
@@ -182,6 +192,9 @@ const (
 // revision. Counter checkpoints are numbered by each rank's lifeboat on
 // its own and prove nothing.
 func (g *stepGroup) judge() (verdict, string) {
+	if g.rec != nil {
+		return verdictComplete, "" // judged so by the writer of its record
+	}
 	var missing, bad, counters []int
 	for r := range g.worldSize {
 		switch _, ok := g.keys[r]; {
@@ -253,12 +266,26 @@ func rankList(ranks []int) string {
 // order of step and then world size, each rank with its highest revision.
 // Keys that are not manifest keys are ignored.
 func listSteps(ctx context.Context, s storage.Store, prefix string) ([]*stepGroup, error) {
+	groups, _, err := listStepsRecords(ctx, s, prefix)
+	return groups, err
+}
+
+// listStepsRecords is listSteps that also returns the completion records
+// listed of no group (orphans: their step's manifests of their world
+// size are gone).
+func listStepsRecords(ctx context.Context, s storage.Store, prefix string) ([]*stepGroup, []storage.ObjectInfo, error) {
 	var groups []*stepGroup
 	byKey := make(map[[2]int64]*stepGroup)
 	torn := map[string]storage.ObjectInfo{} // by the manifest key it marks
+	records := map[[2]int64][]stepRecord{}
 	err := s.List(ctx, prefix, func(oi storage.ObjectInfo) error {
 		if m, ok := parseTornKey(oi.Key); ok {
 			torn[m] = oi
+			return nil
+		}
+		if step, n, rec, ok := parseRecordKey(oi.Key); ok {
+			rec.info = oi
+			records[[2]int64{step, int64(n)}] = append(records[[2]int64{step, int64(n)}], rec)
 			return nil
 		}
 		t, rev, ok := parseManifestKey(oi.Key)
@@ -276,32 +303,49 @@ func listSteps(ctx context.Context, s storage.Store, prefix string) ([]*stepGrou
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint: list %s in %s: %w", prefix, s, err)
+		return nil, nil, fmt.Errorf("checkpoint: list %s in %s: %w", prefix, s, err)
 	}
+	var orphans []storage.ObjectInfo
+	for k, recs := range records {
+		if g := byKey[k]; g != nil {
+			g.records = recs
+			continue
+		}
+		for _, rec := range recs {
+			orphans = append(orphans, rec.info)
+		}
+	}
+	slices.SortFunc(orphans, func(a, b storage.ObjectInfo) int { return cmp.Compare(a.Key, b.Key) })
 	for _, g := range groups {
 		for _, older := range g.older {
 			slices.SortFunc(older, func(a, b revisionKey) int { return cmp.Compare(a.revision, b.revision) })
 		}
-		if len(torn) == 0 {
-			continue
+		if len(torn) > 0 {
+			g.markTorn(torn)
 		}
-		g.torn = map[string]storage.ObjectInfo{}
-		mark := func(key string) {
-			if oi, ok := torn[key]; ok {
-				g.torn[key] = oi
-			}
-		}
-		for r, oi := range g.keys {
-			mark(oi.Key)
-			for _, rk := range g.older[r] {
-				mark(rk.info.Key)
-			}
-		}
+		g.state = g.listingState()
 	}
 	slices.SortFunc(groups, func(a, b *stepGroup) int {
 		return cmp.Or(cmp.Compare(a.step, b.step), cmp.Compare(a.worldSize, b.worldSize))
 	})
-	return groups, nil
+	return groups, orphans, nil
+}
+
+// markTorn records which of g's manifests carry a torn mark, of the marks
+// listed (torn, by the manifest key each marks).
+func (g *stepGroup) markTorn(torn map[string]storage.ObjectInfo) {
+	g.torn = map[string]storage.ObjectInfo{}
+	mark := func(key string) {
+		if oi, ok := torn[key]; ok {
+			g.torn[key] = oi
+		}
+	}
+	for r, oi := range g.keys {
+		mark(oi.Key)
+		for _, rk := range g.older[r] {
+			mark(rk.info.Key)
+		}
+	}
 }
 
 // manifestReaders is how many manifests readGroups reads at a time, at
@@ -511,17 +555,26 @@ func (g *stepGroup) pairNamed(ctx context.Context, s storage.Store, why string) 
 }
 
 // candidateSteps returns the steps of worldSize (0: any) whose ranks all
-// have a manifest, with their manifests read, newest first by the rule
-// (newestOrder, over the steps of every world size, so that lines are
-// ordered alike whatever the world size asked). Their verdicts tell which
-// are complete.
+// have a manifest, newest first by the rule (newestOrder, over the steps
+// of every world size, so that lines are ordered alike whatever the world
+// size asked). Their verdicts tell which are complete. A step with a
+// completion record that holds for the listing (useRecord) is judged by
+// it and its manifests are not read; the others' manifests are read.
 func candidateSteps(ctx context.Context, s storage.Store, worldSize int, now time.Time) ([]*stepGroup, error) {
 	groups, err := listSteps(ctx, s, snapshotsPrefix)
 	if err != nil {
 		return nil, err
 	}
 	groups = slices.DeleteFunc(groups, func(g *stepGroup) bool { return !g.allRanks() })
-	if err := readGroups(ctx, s, groups); err != nil {
+	// A step with a record that holds for this listing is complete, of
+	// the record's line and commit time, unread; the others are read.
+	var unread []*stepGroup
+	for _, g := range groups {
+		if !g.useRecord() {
+			unread = append(unread, g)
+		}
+	}
+	if err := readGroups(ctx, s, unread); err != nil {
 		return nil, fmt.Errorf("checkpoint: read manifests in %s: %w", s, err)
 	}
 	orderGroups(groups, now)
@@ -531,9 +584,11 @@ func candidateSteps(ctx context.Context, s storage.Store, worldSize int, now tim
 // Latest returns the newest complete step of worldSize ranks (worldSize
 // 0: any world size), or an error wrapping ErrNoCheckpoint. Newest is by
 // the rule of docs/FORMAT.md: the highest step of the line of work
-// committed last (newestOrder). It reads the manifests of the steps whose ranks are all present
-// (to tell which are complete and when they were committed); Restore
-// checks the chunks.
+// committed last (newestOrder). It lists the steps once and reads the
+// manifests of the steps whose ranks are all present and that have no
+// completion record that holds for the listing (to tell which are
+// complete and when they were committed); a recorded step costs nothing
+// more. Restore checks the chunks.
 func Latest(ctx context.Context, s storage.Store, worldSize int) (int64, error) {
 	steps, err := candidateSteps(ctx, s, worldSize, time.Now())
 	if err != nil {

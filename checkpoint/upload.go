@@ -612,6 +612,7 @@ func (run *uploadRun) commit(ctx context.Context) (*UploadResult, error) {
 		return res, nil
 	}
 	run.u.remember(run.files, m)
+	run.u.recordStep(ctx, run.target, c.key, run.log)
 	if c.already {
 		return res, nil
 	}

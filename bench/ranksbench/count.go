@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"strings"
 	"sync/atomic"
 
 	"github.com/lifeboat-project/lifeboat/storage"
@@ -17,29 +18,33 @@ const pageKeys = 1000
 // least one): the Store interface hides the pages of a listing.
 type counts struct {
 	Put, Get, Stat, List, Pages, Keys, Delete int64
+	SnapGet                                   int64 // GETs under snapshots/: manifests and completion records
 }
 
 // Requests is every request the counts stand for, a LIST page being one.
 func (c counts) Requests() int64 { return c.Put + c.Get + c.Stat + c.Pages + c.Delete }
 
 func (c counts) sub(o counts) counts {
-	return counts{c.Put - o.Put, c.Get - o.Get, c.Stat - o.Stat, c.List - o.List, c.Pages - o.Pages, c.Keys - o.Keys, c.Delete - o.Delete}
+	return counts{c.Put - o.Put, c.Get - o.Get, c.Stat - o.Stat, c.List - o.List, c.Pages - o.Pages, c.Keys - o.Keys, c.Delete - o.Delete, c.SnapGet - o.SnapGet}
 }
 
 func (c counts) add(o counts) counts {
-	return counts{c.Put + o.Put, c.Get + o.Get, c.Stat + o.Stat, c.List + o.List, c.Pages + o.Pages, c.Keys + o.Keys, c.Delete + o.Delete}
+	return counts{c.Put + o.Put, c.Get + o.Get, c.Stat + o.Stat, c.List + o.List, c.Pages + o.Pages, c.Keys + o.Keys, c.Delete + o.Delete, c.SnapGet + o.SnapGet}
 }
 
-// countingStore counts the requests made through it.
+// countingStore counts the requests made through it. The ranks use it
+// through storage.Retry (retried), as lifeboat uses every store: each
+// attempt is counted.
 type countingStore struct {
 	storage.Store
-	put, get, stat, list, pages, keys, del atomic.Int64
+	retry                                           storage.Store
+	put, get, stat, list, pages, keys, del, snapGet atomic.Int64
 }
 
 var _ storage.Store = (*countingStore)(nil)
 
 func (s *countingStore) snapshot() counts {
-	return counts{s.put.Load(), s.get.Load(), s.stat.Load(), s.list.Load(), s.pages.Load(), s.keys.Load(), s.del.Load()}
+	return counts{s.put.Load(), s.get.Load(), s.stat.Load(), s.list.Load(), s.pages.Load(), s.keys.Load(), s.del.Load(), s.snapGet.Load()}
 }
 
 func (s *countingStore) Put(ctx context.Context, key string, r io.Reader, size int64, opts storage.PutOptions) (storage.ObjectInfo, error) {
@@ -49,6 +54,9 @@ func (s *countingStore) Put(ctx context.Context, key string, r io.Reader, size i
 
 func (s *countingStore) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
 	s.get.Add(1)
+	if strings.HasPrefix(key, "snapshots/") {
+		s.snapGet.Add(1)
+	}
 	return s.Store.Get(ctx, key, offset, length)
 }
 
@@ -73,3 +81,13 @@ func (s *countingStore) Delete(ctx context.Context, key string) error {
 	s.del.Add(1)
 	return s.Store.Delete(ctx, key)
 }
+
+// newCounting counts the requests made to st.
+func newCounting(st storage.Store) *countingStore {
+	c := &countingStore{Store: st}
+	c.retry = storage.Retry(c, storage.RetryPolicy{})
+	return c
+}
+
+// retried is s wrapped in storage.Retry with lifeboat's default policy.
+func (s *countingStore) retried() storage.Store { return s.retry }

@@ -2,7 +2,7 @@
 // number of ranks of a job, against one S3 server, and prints Markdown
 // tables. bench/ranks.sh starts a local MinIO and runs it.
 //
-//	ranksbench -work DIR [-ranks 1,8,32,128] [-steps 4] [-keep 3]
+//	ranksbench -work DIR [-ranks 1,8,32,128,512] [-steps 4] [-keep 3]
 //
 // The ranks run in this one process, each with its own storage/s3 client
 // (its own connections), its own checkpoint.Uploader and its own directory:
@@ -20,7 +20,9 @@
 //  2. The cost of checkpoint.Latest (restore's "latest") and checkpoint.List
 //     (ls) after each step, as steps x ranks grow, and of rank 0's Prune
 //     with -keep after each step past -keep, as lifeboat run does.
-//  3. Every rank calling Latest at once, as a job's restore does.
+//  3. Every rank calling Latest at once, and then every rank's
+//     RestoreLatest at once, as a job's restore does (its LIST pages and
+//     GETs of manifests and completion records, by rank).
 //  4. Idle watching: a coord.Coordinator and a coord.Claim per rank for -watch-window at
 //     -watch-interval; requests per rank per second, and per interval by kind, the
 //     stop watching apart from the claim. -idle-only measures this alone.
@@ -68,7 +70,7 @@ func main() {
 	var ranks string
 	flag.StringVar(&o.work, "work", "", "scratch directory (required)")
 	flag.StringVar(&o.bucket, "bucket", "lifeboat-bench", "bucket, created when missing")
-	flag.StringVar(&ranks, "ranks", "1,8,32,128", "numbers of ranks, comma-separated")
+	flag.StringVar(&ranks, "ranks", "1,8,32,128,512", "numbers of ranks, comma-separated")
 	flag.IntVar(&o.steps, "steps", 4, "steps committed by every rank")
 	flag.IntVar(&o.keep, "keep", 3, "rank 0 prunes to this many steps after each commit")
 	flag.IntVar(&o.size, "size", 4096, "bytes of each rank's checkpoint")
@@ -103,6 +105,8 @@ type result struct {
 	latest    []cost          // after each step, and after the last prune
 	prune     []cost          // rank 0's prunes
 	together  cost            // every rank's Latest at once (summed)
+	restore   cost            // every rank's RestoreLatest at once (summed)
+	restoreHi int64           // most requests of one rank's RestoreLatest (LIST pages and snapshots/ GETs)
 	idle      counts          // all ranks but rank 0, while watching
 	idleRank0 counts
 	watch     counts // the Coordinators' part of idle (the rest is the claims')
@@ -116,6 +120,7 @@ type cost struct {
 	list       counts
 	listT      time.Duration
 	afterPrune bool
+	restore    counts // measureLarge: rank 0's RestoreLatest
 }
 
 func newStore(ctx context.Context, bucket, prefix string) (*countingStore, error) {
@@ -127,7 +132,7 @@ func newStore(ctx context.Context, bucket, prefix string) (*countingStore, error
 	if err != nil {
 		return nil, err
 	}
-	return &countingStore{Store: st}, nil
+	return newCounting(st), nil
 }
 
 // writeCkpt writes rank's checkpoint of step: size bytes of its own.
@@ -177,7 +182,7 @@ func measure(ctx context.Context, o options, n int, prefix string) (*result, err
 			return nil, err
 		}
 		stores[r] = st
-		ups[r] = &checkpoint.Uploader{Store: st, Workers: 2}
+		ups[r] = &checkpoint.Uploader{Store: st.retried(), Workers: 2}
 	}
 	if o.idleOnly {
 		return res, measureIdle(ctx, o, res, stores)
@@ -216,7 +221,7 @@ func measure(ctx context.Context, o options, n int, prefix string) (*result, err
 		last := slices.MaxFunc(done, func(a, b time.Time) int { return a.Compare(b) })
 		var got int64
 		for got != step {
-			if got, err = checkpoint.Latest(ctx, observer, n); err != nil {
+			if got, err = checkpoint.Latest(ctx, observer.retried(), n); err != nil {
 				return nil, err
 			}
 		}
@@ -238,7 +243,7 @@ func measure(ctx context.Context, o options, n int, prefix string) (*result, err
 		if step > int64(o.keep) {
 			before := stores[0].snapshot()
 			t := time.Now()
-			if _, err := checkpoint.Prune(ctx, stores[0], checkpoint.PruneOptions{Keep: o.keep}); err != nil {
+			if _, err := checkpoint.Prune(ctx, stores[0].retried(), checkpoint.PruneOptions{Keep: o.keep}); err != nil {
 				return nil, err
 			}
 			res.prune = append(res.prune, cost{steps: c.steps, latest: stores[0].snapshot().sub(before), latestT: time.Since(t)})
@@ -262,7 +267,7 @@ func measure(ctx context.Context, o options, n int, prefix string) (*result, err
 	errs := make([]error, n)
 	t := time.Now()
 	for r := range n {
-		wg.Go(func() { _, errs[r] = checkpoint.Latest(ctx, stores[r], n) })
+		wg.Go(func() { _, errs[r] = checkpoint.Latest(ctx, stores[r].retried(), n) })
 	}
 	wg.Wait()
 	res.together.latestT = time.Since(t)
@@ -271,6 +276,28 @@ func measure(ctx context.Context, o options, n int, prefix string) (*result, err
 			return nil, errs[r]
 		}
 		res.together.latest = res.together.latest.add(stores[r].snapshot().sub(before[r]))
+	}
+
+	// Every rank restores the latest step at once, each into its own
+	// directory, as a job's restart does.
+	for r := range n {
+		before[r] = stores[r].snapshot()
+	}
+	t = time.Now()
+	for r := range n {
+		wg.Go(func() {
+			_, errs[r] = checkpoint.RestoreLatest(ctx, stores[r].retried(), r, filepath.Join(o.work, prefix, fmt.Sprintf("restore-%05d", r)), checkpoint.RestoreOptions{WorldSize: n, Workers: 2})
+		})
+	}
+	wg.Wait()
+	res.restore.latestT = time.Since(t)
+	for r := range n {
+		if errs[r] != nil {
+			return nil, errs[r]
+		}
+		d := stores[r].snapshot().sub(before[r])
+		res.restore.latest = res.restore.latest.add(d)
+		res.restoreHi = max(res.restoreHi, d.Pages+d.SnapGet)
 	}
 	return res, measureIdle(ctx, o, res, stores)
 }
@@ -287,16 +314,16 @@ func measureIdle(ctx context.Context, o options, res *result, stores []*counting
 	watch := make([]*countingStore, n)
 	for r := range n {
 		before[r] = stores[r].snapshot()
-		watch[r] = &countingStore{Store: stores[r]}
+		watch[r] = newCounting(stores[r])
 	}
 	var wg sync.WaitGroup
 	for r := range n {
-		c, err := coord.New(coord.Config{Store: watch[r], Rank: r, WorldSize: n, Interval: o.watchInterval, Started: started})
+		c, err := coord.New(coord.Config{Store: watch[r].retried(), Rank: r, WorldSize: n, Interval: o.watchInterval, Started: started})
 		if err != nil {
 			return err
 		}
 		wg.Go(func() { c.Run(wctx) })
-		cl, err := coord.NewClaim(coord.ClaimConfig{Store: stores[r], Rank: r, WorldSize: n, Interval: o.watchInterval, Started: started})
+		cl, err := coord.NewClaim(coord.ClaimConfig{Store: stores[r].retried(), Rank: r, WorldSize: n, Interval: o.watchInterval, Started: started})
 		if err != nil {
 			return err
 		}
@@ -320,14 +347,14 @@ func lookCost(ctx context.Context, st *countingStore, n int) (cost, error) {
 	var c cost
 	before := st.snapshot()
 	t := time.Now()
-	if _, err := checkpoint.Latest(ctx, st, n); err != nil {
+	if _, err := checkpoint.Latest(ctx, st.retried(), n); err != nil {
 		return c, err
 	}
 	c.latestT = time.Since(t)
 	c.latest = st.snapshot().sub(before)
 	before = st.snapshot()
 	t = time.Now()
-	snaps, err := checkpoint.List(ctx, st)
+	snaps, err := checkpoint.List(ctx, st.retried())
 	if err != nil {
 		return c, err
 	}
@@ -338,14 +365,14 @@ func lookCost(ctx context.Context, st *countingStore, n int) (cost, error) {
 }
 
 // measureLarge commits -latest-ranks ranks x -keep steps through one
-// Uploader (FinalUploadFiles: one listing of the chunks) and measures
-// Latest and List on them.
+// Uploader (one listing of the chunks) and measures Latest, List and rank
+// 0's RestoreLatest on them.
 func measureLarge(ctx context.Context, o options, prefix string) (cost, error) {
 	st, err := newStore(ctx, o.bucket, prefix)
 	if err != nil {
 		return cost{}, err
 	}
-	up := &checkpoint.Uploader{Store: st, Workers: 1}
+	up := &checkpoint.Uploader{Store: st.retried(), Workers: 1}
 	n := o.latestRanks
 	type job struct {
 		rank int
@@ -383,7 +410,16 @@ func measureLarge(ctx context.Context, o options, prefix string) (cost, error) {
 		return cost{}, err
 	default:
 	}
-	return lookCost(ctx, st, n)
+	c, err := lookCost(ctx, st, n)
+	if err != nil {
+		return c, err
+	}
+	before := st.snapshot()
+	if _, err := checkpoint.RestoreLatest(ctx, st.retried(), 0, filepath.Join(o.work, prefix, "restore"), checkpoint.RestoreOptions{WorldSize: n}); err != nil {
+		return c, err
+	}
+	c.restore = st.snapshot().sub(before)
+	return c, nil
 }
 
 func median(ds []time.Duration) time.Duration {
@@ -459,6 +495,21 @@ func report(o options, rs []*result, big *cost) {
 	}
 	if big != nil {
 		row(o.latestRanks, *big, " (1 Uploader)")
+	}
+
+	fmt.Printf("\n### Every rank restores the latest step at once (a job's restore): LIST pages and GETs of manifests and records (snapshots/), chunks not counted\n\n")
+	fmt.Println("| ranks | steps stored | all ranks: LIST pages | GETs of manifests and records | wall time | requests per rank | most of one rank |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rs {
+		c := r.restore.latest
+		steps := 0
+		if len(r.latest) > 0 {
+			steps = r.latest[len(r.latest)-1].steps
+		}
+		fmt.Printf("| %d | %d | %d | %d | %s | %s | %d |\n", r.n, steps, c.Pages, c.SnapGet, ms(r.restore.latestT), per(c.Pages+c.SnapGet, r.n), r.restoreHi)
+	}
+	if big != nil {
+		fmt.Printf("\nRank 0's restore over %d ranks x %d steps (1 Uploader): %d LIST pages, %d GETs of manifests and records.\n", o.latestRanks, o.keep, big.restore.Pages, big.restore.SnapGet)
 	}
 
 	fmt.Printf("\n### Every rank asks for the latest step at once (a job's restore), and rank 0's prune\n\n")

@@ -61,7 +61,7 @@ func readSeen(t *testing.T, seen string) (string, []string) {
 // manifestsIn lists the manifests of a file store.
 func manifestsIn(t *testing.T, url string) []string {
 	t.Helper()
-	ms, _ := filepath.Glob(filepath.Join(strings.TrimPrefix(url, "file://"), "snapshots", "*", "*.json"))
+	ms, _ := filepath.Glob(filepath.Join(strings.TrimPrefix(url, "file://"), "snapshots", "*", "rank-*.json")) // not completion records
 	return ms
 }
 

@@ -340,6 +340,18 @@ func TestPruneLeavesOnlyKept(t *testing.T) {
 			}
 			manifestKey := "snapshots/00000000000000000003/rank-00000-of-00001-rev-00001.json"
 			want[manifestKey] = storeObjects(t, s)[manifestKey]
+			// The step's completion record of revision 1 stays with it;
+			// the one of revision 0 no longer holds and goes.
+			records := 0
+			for k, n := range storeObjects(t, s) {
+				if strings.HasPrefix(k, "snapshots/00000000000000000003/complete-of-") && strings.Contains(k, fmt.Sprintf("-at-%019d", m3.Created.UnixNano())) {
+					want[k] = n
+					records++
+				}
+			}
+			if records != 1 {
+				t.Fatalf("%d completion records of step 3's revision 1 stored, want one", records)
+			}
 
 			// Inside the age: an hour, so that no slow start of this prune
 			// on a busy machine can make what was just stored old enough.
