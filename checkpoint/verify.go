@@ -281,7 +281,7 @@ func checkChunk(ctx context.Context, s storage.Store, sum string, size int64, re
 	case !readData.Contains(sum):
 		return nil, false, nil
 	}
-	err = fetchChunk(ctx, s, Chunk{SHA256: sum, Size: size}, nil, 0, scratch)
+	_, err = fetchChunk(ctx, s, Chunk{SHA256: sum, Size: size}, nil, 0, scratch, CheckSHA256)
 	switch {
 	case errors.Is(err, ErrCorrupt):
 		return &Problem{CorruptChunk, key, err.Error()}, true, nil
