@@ -173,7 +173,9 @@ func TestRestoreRefusesBadChunk(t *testing.T) {
 				fs := &mem.FaultStore{Inner: s}
 				if d.get != nil {
 					get := d.get(key)
-					fs.OnGet = func(ctx context.Context, k string, off, n int64) (io.ReadCloser, error) { return get(ctx, s, k, off, n) }
+					fs.OnGet = func(ctx context.Context, k string, off, n int64) (io.ReadCloser, error) {
+						return get(ctx, s, k, off, n)
+					}
 				}
 				for _, check := range []Check{CheckSHA256, CheckCRC32C} {
 					t.Run(check.String(), func(t *testing.T) {
