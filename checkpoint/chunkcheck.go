@@ -40,7 +40,7 @@ func ParseCheck(s string) (Check, error) {
 	case "crc32c":
 		return CheckCRC32C, nil
 	}
-	return 0, fmt.Errorf("%q is not a check; want sha256 or crc32c", s)
+	return 0, fmt.Errorf("unknown check %q; want sha256 or crc32c", s)
 }
 
 func (c Check) String() string {
