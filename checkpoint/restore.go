@@ -524,6 +524,16 @@ type restoreFile struct {
 	path string // slash path in the snapshot
 	mode fs.FileMode
 	refs atomic.Int32 // the sender's reference and one per chunk handed out
+	feed *formatFeed  // its format check fed by the download; nil: none
+}
+
+// WriteAt writes p at off in the file and offers it to the format check.
+func (rf *restoreFile) WriteAt(p []byte, off int64) (int, error) {
+	n, err := rf.f.WriteAt(p, off)
+	if err == nil && rf.feed != nil {
+		rf.feed.write(p, off)
+	}
+	return n, err
 }
 
 // release drops a reference. failed is the error that ended the chunk
@@ -571,11 +581,15 @@ func restoreFiles(ctx context.Context, s storage.Store, files []File, set []stri
 	if err != nil {
 		return err
 	}
-	if err := downloadFiles(ctx, s, files, root, tmp, opts, checked); err != nil {
+	var feeds map[string]*formatFeed
+	if !opts.SkipFormatCheck {
+		feeds = map[string]*formatFeed{}
+	}
+	if err := downloadFiles(ctx, s, files, root, tmp, opts, checked, feeds); err != nil {
 		return err
 	}
 	if !opts.SkipFormatCheck {
-		if err := checkRestored(ctx, root, tmp, files, set, opts.Workers); err != nil {
+		if err := checkRestored(ctx, root, tmp, files, set, opts.Workers, feeds); err != nil {
 			if !errors.Is(err, ErrCorrupt) && ctx.Err() == nil {
 				err = writeFailed(err)
 			}
@@ -622,11 +636,12 @@ func prepareRestore(ctx context.Context, files []File, root *beneath.Dir, sub st
 // downloadFiles writes the chunks of files into their reserved files under
 // tmp, up to opts.Workers at once, checks each by opts.Check (counting in
 // checked the chunks each check ran on), and reports opts.Progress (when
-// set) after each.
+// set) after each. With feeds (not nil), each file's format check is fed
+// by the download (formatFeed), and its feed is put there by path.
 // A sender opens one file at a time and hands out its chunks; the file is
 // closed, with its mode set and synced, when its last chunk is written.
 // The first error stops it and is returned.
-func downloadFiles(ctx context.Context, s storage.Store, files []File, root *beneath.Dir, tmp string, opts RestoreOptions, checked *Checked) error {
+func downloadFiles(ctx context.Context, s storage.Store, files []File, root *beneath.Dir, tmp string, opts RestoreOptions, checked *Checked, feeds map[string]*formatFeed) error {
 	workers, progress := opts.Workers, opts.Progress
 	var bySHA256, byCRC32C atomic.Int64
 	defer func() {
@@ -652,9 +667,12 @@ func downloadFiles(ctx context.Context, s storage.Store, files []File, root *ben
 		// The chunk goes into the temporary file before its hash is
 		// known; a bad chunk fails the whole restore, and the temporary
 		// directory is removed.
-		used, err := fetchChunk(gctx, s, job.chunk, job.file.f, job.offset, buf, opts.Check)
+		used, err := fetchChunk(gctx, s, job.chunk, job.file, job.offset, buf, opts.Check)
 		if err != nil {
 			return job.file.release(gctx, fmt.Errorf("file %s at offset %d: %w", job.file.path, job.offset, err))
+		}
+		if job.file.feed != nil {
+			job.file.feed.chunkDone(job.offset, job.offset+job.chunk.Size, buf)
 		}
 		if used == CheckCRC32C {
 			byCRC32C.Add(1)
@@ -675,7 +693,7 @@ func downloadFiles(ctx context.Context, s storage.Store, files []File, root *ben
 			if len(mf.Chunks) == 0 {
 				continue // done by reserveFiles
 			}
-			if err := sendChunks(gctx, mf, root, tmp, func(job restoreJob) {
+			if err := sendChunks(gctx, mf, root, tmp, feeds, func(job restoreJob) {
 				g.Go(func() error { return fetch(job) })
 			}); err != nil || gctx.Err() != nil {
 				return err
@@ -689,12 +707,16 @@ func downloadFiles(ctx context.Context, s storage.Store, files []File, root *ben
 // sendChunks opens mf's reserved file under tmp, beneath root, and hands
 // each of its chunks to fetch, until ctx ends; then it drops its own
 // reference to the file (restoreFile.release).
-func sendChunks(ctx context.Context, mf File, root *beneath.Dir, tmp string, fetch func(restoreJob)) error {
-	f, err := root.OpenFile(tmp+"/"+mf.Path, unix.O_WRONLY, 0)
+func sendChunks(ctx context.Context, mf File, root *beneath.Dir, tmp string, feeds map[string]*formatFeed, fetch func(restoreJob)) error {
+	f, err := root.OpenFile(tmp+"/"+mf.Path, unix.O_RDWR, 0) // read back by formatFeed
 	if err != nil {
 		return writeFailed(err)
 	}
 	rf := &restoreFile{f: f, path: mf.Path, mode: fs.FileMode(mf.Mode)}
+	if feeds != nil {
+		rf.feed = newFormatFeed(f, mf.Size)
+		feeds[mf.Path] = rf.feed
+	}
 	rf.refs.Store(1)
 	var off int64
 	for _, c := range mf.Chunks {
@@ -859,7 +881,11 @@ func setPaths(m *Manifest) []string {
 // checkRestored runs the format checks on the restored files under tmp, up
 // to workers at once, and format.CheckSet on the paths set. A file that is
 // not whole is an error wrapping ErrCorrupt and format.ErrTorn.
-func checkRestored(ctx context.Context, root *beneath.Dir, tmp string, files []File, set []string, workers int) error {
+//
+// A file whose check the download fed (feeds) has its verdict already;
+// the others are read (checkRestoredFile): for most formats, their
+// headers and tails only.
+func checkRestored(ctx context.Context, root *beneath.Dir, tmp string, files []File, set []string, workers int, feeds map[string]*formatFeed) error {
 	if err := format.CheckSet(set); err != nil {
 		return formatCorrupt("the snapshot's files", err)
 	}
@@ -870,6 +896,14 @@ func checkRestored(ctx context.Context, root *beneath.Dir, tmp string, files []F
 			break
 		}
 		g.Go(func() error {
+			if ff := feeds[f.Path]; ff != nil {
+				if ok, err := ff.verdict(); ok {
+					if err != nil {
+						return formatCorrupt(f.Path, err)
+					}
+					return nil
+				}
+			}
 			if err := checkRestoredFile(root, tmp+"/"+f.Path); err != nil {
 				return formatCorrupt(f.Path, err)
 			}
@@ -879,6 +913,10 @@ func checkRestored(ctx context.Context, root *beneath.Dir, tmp string, files []F
 	return waitCause(ctx, gctx, g)
 }
 
+// beforeCheckRead, when set (tests), is called with the path of each
+// restored file checkRestoredFile reads.
+var beforeCheckRead func(rel string)
+
 // checkRestoredFile is format.CheckFile of the file rel, opened beneath
 // root without following a link (so a temporary directory swapped for a
 // link is never read through): the checks its content announces, those
@@ -886,6 +924,9 @@ func checkRestored(ctx context.Context, root *beneath.Dir, tmp string, files []F
 // streamed check. Content no check recognises, or one only partly
 // recognised (format.ErrUnchecked), passes.
 func checkRestoredFile(root *beneath.Dir, rel string) error {
+	if beforeCheckRead != nil {
+		beforeCheckRead(rel)
+	}
 	f, err := root.OpenFile(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return err

@@ -1,0 +1,42 @@
+package checkpoint
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/lifeboat-project/lifeboat/storage/mem"
+)
+
+// BenchmarkRestoreFormatCheck restores one 256 MiB pickle from an
+// in-memory store with the format checks on and off: the difference is
+// what the checks add to a restore (docs/BENCHMARKS.md).
+//
+//	go test -run '^$' -bench RestoreFormatCheck -benchtime 5x ./checkpoint/
+func BenchmarkRestoreFormatCheck(b *testing.B) {
+	s := mem.New()
+	src := b.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "model.pdparams"), pickleOf(randomBytes(9, 256<<20)), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	u := &Uploader{Store: s}
+	if _, err := u.Upload(context.Background(), src, Target{Step: 1, WorldSize: 1}); err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		skip bool
+	}{{"checks", false}, {"no-checks", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(256 << 20)
+			for b.Loop() {
+				dir := b.TempDir()
+				if _, err := Restore(context.Background(), s, 1, 0, dir, RestoreOptions{SkipFormatCheck: tc.skip}); err != nil {
+					b.Fatal(err)
+				}
+				os.RemoveAll(dir)
+			}
+		})
+	}
+}
