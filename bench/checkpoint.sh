@@ -12,13 +12,16 @@
 #      write, against `mc cp` of the same file to the same server;
 #   2. re-upload of an unchanged checkpoint (checkpoint.Uploader on
 #      storage/s3): bytes moved and time against the first upload;
-#   3. verified `lifeboat restore` into an empty directory against `mc cp`
-#      of the same bytes to local disk, page cache dropped before each;
+#   3. verified `lifeboat restore` into an empty directory, with the
+#      default check (sha256) and with --verify-restore crc32c, against
+#      `mc cp` of the same bytes to local disk and `mc cp` plus an fsync,
+#      page cache dropped before each;
 #   4. the cost of the format checks: 64 state_dict-shaped pickles uploaded
 #      with the checks on and off, and the checks alone over the same bytes.
 # Peak RSS is from /usr/bin/time -v. Environment:
 #   RUNS=N          runs of each measurement (default 3)
 #   SIZE=BYTES      checkpoint size (default 1073741824)
+#   RESTORE_ONLY=1  measurements 1 (which stores the checkpoint) and 3 only
 #   BENCH_DIR=DIR   scratch space (default: a new temp dir, removed after)
 #   LIFEBOAT_CACHE  where tool binaries are cached (see scripts/minio.sh)
 set -euo pipefail
@@ -53,4 +56,4 @@ export MC_CONFIG_DIR=$work/mc MC_HOST_ckpt="http://$AWS_ACCESS_KEY_ID:$AWS_SECRE
 
 log "machine: $(nproc) cores, $(uname -r), mc $("$mc" --version 2>/dev/null | head -1)"
 "$work/ckptbench" -lifeboat "$work/lifeboat" -mc "$mc" -mc-alias ckpt -work "$work/runs" -server-pid "$(cat "$work/minio/pid")" \
-	-runs "$RUNS" -size "$SIZE"
+	-runs "$RUNS" -size "$SIZE" ${RESTORE_ONLY:+-restore-only}

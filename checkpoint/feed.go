@@ -16,7 +16,8 @@ import (
 // again. A piece a download writes is fed at once when every byte before
 // it has been fed; a chunk that arrived ahead of that is read back from
 // the file (the page cache: it was just written) once the chunks before it
-// are done. A file whose head announces no streamed check is left to
+// are done, except for the bytes the check would not look at (a pickle's
+// payloads, format.Skipper), which are skipped unread. A file whose head announces no streamed check is left to
 // checkRestoredFile, which reads only its headers and tails.
 type formatFeed struct {
 	mu      sync.Mutex
@@ -27,15 +28,15 @@ type formatFeed struct {
 	fed     int64         // bytes fed, in order
 	ahead   map[int64]int64
 	err     error // a failure to read back
-	// live and back count the bytes fed as they were written and read
-	// back (for docs/BENCHMARKS.md).
-	live, back int64
+	// live, back and skipped count the bytes fed as they were written,
+	// read back, and skipped unread (a pickle's payloads: format.Skipper).
+	live, back, skipped int64
 }
 
 // afterFeed, when set (tests, benchmarks), is called with the bytes a
 // feed took as they were written and read back, when its verdict is
 // asked for.
-var afterFeed func(live, back int64)
+var afterFeed func(live, back, skipped int64)
 
 func newFormatFeed(f *os.File, size int64) *formatFeed {
 	return &formatFeed{f: f, size: size, ahead: map[int64]int64{}}
@@ -113,6 +114,14 @@ func (ff *formatFeed) chunkDone(start, end int64, buf []byte) {
 			return
 		}
 		for ff.fed < to && !ff.done() {
+			if sk, ok := ff.stream.(format.Skipper); ok && ff.decided {
+				if n := min(sk.Skippable(), to-ff.fed); n > 0 {
+					sk.Skip(n)
+					ff.fed += n
+					ff.skipped += n
+					continue
+				}
+			}
 			n := min(int64(len(buf)), to-ff.fed)
 			if _, err := ff.f.ReadAt(buf[:n], ff.fed); err != nil {
 				ff.err = fmt.Errorf("read back %d bytes at %d: %w", n, ff.fed, err)
@@ -143,7 +152,7 @@ func (ff *formatFeed) verdict() (ok bool, err error) {
 		return false, nil
 	}
 	if afterFeed != nil {
-		afterFeed(ff.live, ff.back)
+		afterFeed(ff.live, ff.back, ff.skipped)
 	}
 	err = ff.stream.Close()
 	if errors.Is(err, format.ErrUnchecked) {

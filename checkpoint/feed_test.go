@@ -59,7 +59,7 @@ func TestRestoreFeedsFormatChecks(t *testing.T) {
 					reads = append(reads, path.Base(rel))
 					mu.Unlock()
 				}
-				afterFeed = func(live, back int64) { fed.Add(live + back) }
+				afterFeed = func(live, back, skipped int64) { fed.Add(live + back + skipped) }
 				defer func() { beforeCheckRead, afterFeed = nil, nil }()
 				dir := t.TempDir()
 				writeTree(t, dir, tree{"user.txt": []byte("mine")})
