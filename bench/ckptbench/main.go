@@ -635,9 +635,11 @@ func printTables(w io.Writer, o options, rounds []round, dropped bool) {
 	fmt.Fprintf(w, "| 1. SIGTERM to durable minus the write, vs `mc cp` up | %.2f s (%.0f MB/s) | %.2f s (%.0f MB/s) | %.2fx the time | <= 1.10x | %s |\n",
 		upload, mbs(upload), mcUp, mbs(mcUp), upRatio, yes(upRatio <= 1.10))
 	fmt.Fprintf(w, "| 1. of which the final flush (lifeboat's `checkpoint.flushed`) | %.2f s (%.0f MB/s) | | | | |\n", flush, mbs(flush))
-	fmt.Fprintf(w, "| 2. first upload (Go API, %d workers, 8 MiB chunks) | %.2f s (%.0f MB/s) | | | | |\n", checkpoint.DefaultUploadWorkers, first, mbs(first))
-	fmt.Fprintf(w, "| 2. unchanged re-upload: bytes moved | %.0f of %d (%.2f%%) | | | <= 1%% | %s |\n", moved, o.size, bytesPct, yes(bytesPct <= 1))
-	fmt.Fprintf(w, "| 2. unchanged re-upload: time | %.2f s (%.1f%% of the first) | | | <= 10%% | %s |\n", second, timePct, yes(timePct <= 10))
+	if !o.restoreOnly {
+		fmt.Fprintf(w, "| 2. first upload (Go API, %d workers, 8 MiB chunks) | %.2f s (%.0f MB/s) | | | | |\n", checkpoint.DefaultUploadWorkers, first, mbs(first))
+		fmt.Fprintf(w, "| 2. unchanged re-upload: bytes moved | %.0f of %d (%.2f%%) | | | <= 1%% | %s |\n", moved, o.size, bytesPct, yes(bytesPct <= 1))
+		fmt.Fprintf(w, "| 2. unchanged re-upload: time | %.2f s (%.1f%% of the first) | | | <= 10%% | %s |\n", second, timePct, yes(timePct <= 10))
+	}
 	for _, m := range []struct {
 		name      string
 		secs, cpu float64
@@ -659,14 +661,16 @@ func printTables(w io.Writer, o options, rounds []round, dropped bool) {
 		maxRSS(func(r round) int64 { return r.termRSS }), maxRSS(func(r round) int64 { return r.restoreRSS }),
 		maxRSS(func(r round) int64 { return r.mcUpRSS }), maxRSS(func(r round) int64 { return r.mcDownRSS }))
 
-	on := med(func(r round) float64 { return r.checksOn })
-	off := med(func(r round) float64 { return r.checksOff })
-	alone := med(func(r round) float64 { return r.checkOnly })
-	fmt.Fprintf(w, "| 4. upload of %d pickles, format checks on / off (Go API) | %.2f s / %.2f s (%+.1f%%) | | | | |\n",
-		formatFiles, on, off, 100*(on-off)/off)
-	fmt.Fprintf(w, "| 4. the format checks alone over the same bytes, in 8 MiB buffers as the upload feeds them | %.4f s (%.3f%% of the upload) | | | < 1%% | %s |\n",
-		alone, 100*alone/off, yes(alone/off < 0.01))
+	if !o.restoreOnly {
+		on := med(func(r round) float64 { return r.checksOn })
+		off := med(func(r round) float64 { return r.checksOff })
+		alone := med(func(r round) float64 { return r.checkOnly })
+		fmt.Fprintf(w, "| 4. upload of %d pickles, format checks on / off (Go API) | %.2f s / %.2f s (%+.1f%%) | | | | |\n",
+			formatFiles, on, off, 100*(on-off)/off)
+		fmt.Fprintf(w, "| 4. the format checks alone over the same bytes, in 8 MiB buffers as the upload feeds them | %.4f s (%.3f%% of the upload) | | | < 1%% | %s |\n",
+			alone, 100*alone/off, yes(alone/off < 0.01))
 
+	}
 	fmt.Fprintln(w, "\nEach run (seconds):")
 	fmt.Fprintln(w, "\n| run | 1. total | write | total-write | flush | mc up | 2. first | second | moved bytes | 3. restore | crc32c | mc down | mc down+fsync | 4. checks on | off | alone |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
