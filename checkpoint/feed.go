@@ -23,11 +23,17 @@ type formatFeed struct {
 	mu      sync.Mutex
 	f       *os.File // the file being restored, open for reading too
 	size    int64
-	decided bool          // the head was seen
-	stream  format.Stream // the check, once decided; nil: none streams
-	fed     int64         // bytes fed, in order
-	ahead   map[int64]int64
-	err     error // a failure to read back
+	decided bool            // the head was seen
+	stream  format.Stream   // the check, once decided; nil: none streams
+	fed     int64           // bytes fed, in order
+	ahead   map[int64]int64 // chunks written ahead of fed: start -> end
+	err     error           // a failure to read back
+	// finished, once the file's last chunk is written: the verdict,
+	// and whether there is one (finish); the check itself is dropped,
+	// so that a restore of many files holds only the open ones' checks.
+	finished   bool
+	hasVerdict bool
+	verdictErr error
 	// live, back and skipped count the bytes fed as they were written,
 	// read back, and skipped unread (a pickle's payloads: format.Skipper).
 	live, back, skipped int64
@@ -39,7 +45,7 @@ type formatFeed struct {
 var afterFeed func(live, back, skipped int64)
 
 func newFormatFeed(f *os.File, size int64) *formatFeed {
-	return &formatFeed{f: f, size: size, ahead: map[int64]int64{}}
+	return &formatFeed{f: f, size: size}
 }
 
 // decide starts the check from the file's first bytes (at least
@@ -94,6 +100,9 @@ func (ff *formatFeed) chunkDone(start, end int64, buf []byte) {
 		return
 	}
 	if end > ff.fed {
+		if ff.ahead == nil {
+			ff.ahead = map[int64]int64{}
+		}
 		ff.ahead[start] = end
 	}
 	// Fed live to its end or not, this chunk may join what came ahead.
@@ -140,23 +149,36 @@ func (ff *formatFeed) chunkDone(start, end int64, buf []byte) {
 	}
 }
 
-// verdict is the streamed check's verdict, once every chunk is done: ok
-// reports whether it has one; false leaves the file to checkRestoredFile.
+// finish ends the check once every chunk of the file is written: it
+// keeps the verdict and drops the rest.
+func (ff *formatFeed) finish() {
+	ff.mu.Lock()
+	defer ff.mu.Unlock()
+	if ff.finished {
+		return
+	}
+	ff.finished = true
+	switch {
+	case ff.err != nil:
+		ff.hasVerdict, ff.verdictErr = true, ff.err
+	case ff.decided && ff.stream != nil && ff.fed == ff.size:
+		if afterFeed != nil {
+			afterFeed(ff.live, ff.back, ff.skipped)
+		}
+		err := ff.stream.Close()
+		if errors.Is(err, format.ErrUnchecked) {
+			err = nil
+		}
+		ff.hasVerdict, ff.verdictErr = true, err
+	}
+	ff.stream, ff.ahead, ff.f = nil, nil, nil
+	ff.decided = true // nothing more is taken
+}
+
+// verdict is the streamed check's verdict, once finish ran: ok reports
+// whether it has one; false leaves the file to checkRestoredFile.
 func (ff *formatFeed) verdict() (ok bool, err error) {
 	ff.mu.Lock()
 	defer ff.mu.Unlock()
-	if ff.err != nil {
-		return true, ff.err
-	}
-	if !ff.decided || ff.stream == nil || ff.fed != ff.size {
-		return false, nil
-	}
-	if afterFeed != nil {
-		afterFeed(ff.live, ff.back, ff.skipped)
-	}
-	err = ff.stream.Close()
-	if errors.Is(err, format.ErrUnchecked) {
-		err = nil
-	}
-	return true, err
+	return ff.finished && ff.hasVerdict, ff.verdictErr
 }

@@ -559,6 +559,9 @@ func (rf *restoreFile) release(ctx context.Context, failed error) error {
 	if err != nil && ctx.Err() == nil {
 		return writeFailed(fmt.Errorf("file %s: %w", rf.path, err))
 	}
+	if rf.feed != nil {
+		rf.feed.finish()
+	}
 	return nil
 }
 
