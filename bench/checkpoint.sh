@@ -12,8 +12,10 @@
 #      write, against `mc cp` of the same file to the same server;
 #   2. re-upload of an unchanged checkpoint (checkpoint.Uploader on
 #      storage/s3): bytes moved and time against the first upload;
-#   3. verified `lifeboat restore` into an empty directory against `mc cp`
-#      of the same bytes to local disk, page cache dropped before each;
+#   3. verified `lifeboat restore` into an empty directory, with the
+#      default check (sha256) and with --verify-restore crc32c, against
+#      `mc cp` of the same bytes to local disk and `mc cp` plus an fsync,
+#      page cache dropped before each;
 #   4. the cost of the format checks: 64 state_dict-shaped pickles uploaded
 #      with the checks on and off, and the checks alone over the same bytes;
 #   5. SIGTERM to durable as in 1, with the trainer writing its save at each
@@ -27,6 +29,7 @@
 #   RATES_ONLY=1    run measurement 5 alone
 #   BEFORE=PATH     measurement 5 also times this lifeboat binary (an
 #                   earlier version) at each rate, in the same runs
+#   RESTORE_ONLY=1  measurements 1 (which stores the checkpoint) and 3 only
 #   BENCH_DIR=DIR   scratch space (default: a new temp dir, removed after)
 #   LIFEBOAT_CACHE  where tool binaries are cached (see scripts/minio.sh)
 set -euo pipefail
@@ -64,4 +67,4 @@ export MC_CONFIG_DIR=$work/mc MC_HOST_ckpt="http://$AWS_ACCESS_KEY_ID:$AWS_SECRE
 log "machine: $(nproc) cores, $(uname -r), mc $("$mc" --version 2>/dev/null | head -1)"
 "$work/ckptbench" -lifeboat "$work/lifeboat" -mc "$mc" -mc-alias ckpt -work "$work/runs" -server-pid "$(cat "$work/minio/pid")" \
 	-runs "$RUNS" -size "$SIZE" -rates "$RATES" -rates-only="$([[ $RATES_ONLY == 1 ]] && echo true || echo false)" \
-	-before "${BEFORE:-}"
+	-before "${BEFORE:-}" ${RESTORE_ONLY:+-restore-only}

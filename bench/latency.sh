@@ -12,10 +12,12 @@
 # round trips of 0, 10 and 50 ms), times ROUNDS (default 3) of:
 #   - upload: `lifeboat run --store ... --workers N -- cp FILE DIR/` (the
 #     run ends after the final upload committed), against `mc cp FILE`;
-#   - restore: `lifeboat restore --workers N` into an empty directory,
-#     against `mc cp` of the same bytes as one object;
+#   - restore: `lifeboat restore --workers N` into an empty directory, with
+#     the default check (sha256) and with --verify-restore crc32c, against
+#     `mc cp` of the same bytes as one object;
 # for N in WORKERS (default "4 8 16 32"), with a 1 GiB file (SIZE=BYTES).
-# Prints a Markdown table of medians.
+# Prints a Markdown table of medians, with the client's CPU seconds (user +
+# system, /usr/bin/time) per GiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck disable=SC1091
@@ -28,6 +30,7 @@ SIZE=${SIZE:-$((1 << 30))}
 log() { printf 'latency.sh: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 [[ $(id -u) == 0 ]] || die "run as root: the page cache is dropped before each restore"
+[[ -x /usr/bin/time ]] || need_pkgs /usr/bin/time:time
 
 minio=$(scripts/minio.sh install)
 mc=$(scripts/minio.sh install-mc)
@@ -50,17 +53,18 @@ start_minio "$work/minio"
 direct=$AWS_ENDPOINT_URL
 export MC_CONFIG_DIR=$work/mc
 
-# timed NAME CMD...: append "NAME seconds" to $work/results.
+# timed NAME CMD...: append "NAME seconds cpu-seconds" to $work/results.
 timed() {
-	local name=$1 t0 t1 secs
+	local name=$1 t0 t1 secs cpu
 	shift
 	sync
 	t0=$(date +%s.%N)
-	"$@" >"$work/cmd.log" 2>&1 || { cat "$work/cmd.log" >&2; die "$name failed"; }
+	/usr/bin/time -f '%U %S' -o "$work/cpu" "$@" >"$work/cmd.log" 2>&1 || { cat "$work/cmd.log" >&2; die "$name failed"; }
 	t1=$(date +%s.%N)
 	secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
-	echo "$name $secs" >>"$work/results"
-	log "$name: $secs s"
+	cpu=$(awk '{ printf "%.3f", $1 + $2 }' "$work/cpu")
+	echo "$name $secs $cpu" >>"$work/results"
+	log "$name: $secs s, $cpu s CPU"
 }
 
 : >"$work/results"
@@ -82,6 +86,11 @@ for delay in $DELAYS; do
 			timed "$delay down lifeboat-w$n" "$work/lifeboat" restore --store "$store" --dir "$work/down" \
 				--workers "$n" --log-level warn
 			cmp -s "$work/latest.pdparams" "$work/down/latest.pdparams" || die "restore with $n workers differs"
+			rm -rf "$work/down" && mkdir -p "$work/down"
+			sync && echo 3 >/proc/sys/vm/drop_caches
+			timed "$delay down lifeboat-crc32c-w$n" "$work/lifeboat" restore --store "$store" --dir "$work/down" \
+				--workers "$n" --log-level warn --verify-restore crc32c
+			cmp -s "$work/latest.pdparams" "$work/down/latest.pdparams" || die "crc32c restore with $n workers differs"
 		done
 		timed "$delay up mc" "$mc" cp --quiet "$work/latest.pdparams" "far/latency/mc-d$delay-r$round/latest.pdparams"
 		rm -rf "$work/down" && mkdir -p "$work/down"
@@ -95,12 +104,12 @@ for delay in $DELAYS; do
 done
 
 awk -v size="$SIZE" -v rounds="$ROUNDS" "$AWK_MEDIAN"'
-{ k = $1 " " $2 " " $3; if (!(k in t)) order[++n] = k; t[k] = t[k] " " $4 }
+{ k = $1 " " $2 " " $3; if (!(k in t)) order[++n] = k; t[k] = t[k] " " $4; c[k] = c[k] " " $5 }
 END {
-	printf "| one-way delay | op | client | seconds (median) | MB/s |\n|---|---|---|---:|---:|\n"
+	printf "| one-way delay | op | client | seconds (median) | MB/s | client CPU s per GiB (median) |\n|---|---|---|---:|---:|---:|\n"
 	for (i = 1; i <= n; i++) {
 		split(order[i], f, " "); m = median(t[order[i]])
-		printf "| %s | %s | %s | %.2f | %.0f |\n", f[1], f[2], f[3], m, size / m / 1e6
+		printf "| %s | %s | %s | %.2f | %.0f | %.2f |\n", f[1], f[2], f[3], m, size / m / 1e6, median(c[order[i]]) * 1073741824 / size
 	}
 	printf "\n%d-byte file, median of %d rounds; round trip = 2 x the one-way delay.\n", size, rounds
 }' "$work/results"

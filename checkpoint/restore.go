@@ -2,11 +2,8 @@ package checkpoint
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -45,6 +42,9 @@ type RestoreOptions struct {
 	// of its format makes the snapshot corrupt (ErrCorrupt), like a bad
 	// chunk: nothing is moved into place, and RestoreLatest falls back.
 	SkipFormatCheck bool
+	// Check is how each chunk's bytes are checked: CheckSHA256 (the zero
+	// value) or CheckCRC32C (see Check).
+	Check Check
 	// AllRanks restores every rank's snapshot of the step, not only
 	// rank's, each under its own subdirectory: dir/RanksDir/RankDir(r)/,
 	// for formats that reshard on load (Paddle's save_state_dict with its
@@ -97,6 +97,16 @@ type RestoreResult struct {
 	// holds the snapshot and nothing else. Aside is under AsideDir.
 	MovedAside []string
 	Aside      string
+	// Checked counts the chunks downloaded by the check that ran on
+	// each: with CheckCRC32C, those the store returned no usable CRC32C
+	// for were checked by SHA-256.
+	Checked Checked
+}
+
+// Checked counts chunks by the check that ran on them.
+type Checked struct {
+	SHA256 int // chunks whose SHA-256 was recomputed
+	CRC32C int // chunks checked against the CRC32C the store kept
 }
 
 // Restore writes the snapshot of (step, rank) into dir: the highest
@@ -188,19 +198,20 @@ func Restore(ctx context.Context, s storage.Store, step int64, rank int, dir str
 func restoreOne(ctx context.Context, s storage.Store, m *Manifest, dir string, opts RestoreOptions) (*RestoreResult, error) {
 	root, err := openRestoreDir(dir)
 	var rec *restoreRecord
+	var checked Checked
 	if err == nil {
 		defer root.Close()
 		var b []byte
 		if b, err = m.Encode(); err == nil {
 			rec = &restoreRecord{Manifest: b, Rank: m.Rank}
-			err = restoreFiles(ctx, s, m.Files, setPaths(m), root, "", opts, rec)
+			err = restoreFiles(ctx, s, m.Files, setPaths(m), root, "", opts, rec, &checked)
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: restore step %d rank %d revision %d into %s: %w", m.Step, m.Rank, m.Revision, dir, err)
 	}
 	return &RestoreResult{Step: m.Step, Rank: m.Rank, Line: m.Line, Revision: m.Revision, Manifest: m, Dir: dir, Files: len(m.Files), Bytes: m.Bytes(),
-		MovedAside: rec.Strays, Aside: rec.Aside}, nil
+		MovedAside: rec.Strays, Aside: rec.Aside, Checked: checked}, nil
 }
 
 // joinRanks is the manifest of every rank of one step as one snapshot
@@ -266,7 +277,7 @@ func restoreAll(ctx context.Context, s storage.Store, g *stepGroup, rank int, di
 		return fail(err)
 	}
 	defer root.RemoveAll(stage)
-	if err := restoreFiles(ctx, s, all.Files, set, root, stage, opts, nil); err != nil {
+	if err := restoreFiles(ctx, s, all.Files, set, root, stage, opts, nil, &res.Checked); err != nil {
 		return fail(err)
 	}
 	// Swap the staged copy in, as recorded (FinishInterrupted finishes
@@ -533,6 +544,16 @@ type restoreFile struct {
 	path string // slash path in the snapshot
 	mode fs.FileMode
 	refs atomic.Int32 // the sender's reference and one per chunk handed out
+	feed *formatFeed  // its format check fed by the download; nil: none
+}
+
+// WriteAt writes p at off in the file and offers it to the format check.
+func (rf *restoreFile) WriteAt(p []byte, off int64) (int, error) {
+	n, err := rf.f.WriteAt(p, off)
+	if err == nil && rf.feed != nil {
+		rf.feed.write(p, off)
+	}
+	return n, err
 }
 
 // release drops a reference. failed is the error that ended the chunk
@@ -558,6 +579,9 @@ func (rf *restoreFile) release(ctx context.Context, failed error) error {
 	if err != nil && ctx.Err() == nil {
 		return writeFailed(fmt.Errorf("file %s: %w", rf.path, err))
 	}
+	if rf.feed != nil {
+		rf.feed.finish()
+	}
 	return nil
 }
 
@@ -572,7 +596,7 @@ type restoreJob struct {
 // one set (setPaths). With rec (the snapshot's manifest filled in), the
 // move into place is recorded and all or nothing (moveInPlace); without,
 // the files are moved into the new directory sub.
-func restoreFiles(ctx context.Context, s storage.Store, files []File, set []string, root *beneath.Dir, sub string, opts RestoreOptions, rec *restoreRecord) error {
+func restoreFiles(ctx context.Context, s storage.Store, files []File, set []string, root *beneath.Dir, sub string, opts RestoreOptions, rec *restoreRecord, checked *Checked) error {
 	tmp, err := prepareRestore(ctx, files, root, sub)
 	if tmp != "" {
 		defer root.RemoveAll(tmp)
@@ -580,11 +604,15 @@ func restoreFiles(ctx context.Context, s storage.Store, files []File, set []stri
 	if err != nil {
 		return err
 	}
-	if err := downloadFiles(ctx, s, files, root, tmp, opts.Workers, opts.Progress); err != nil {
+	var feeds map[string]*formatFeed
+	if !opts.SkipFormatCheck {
+		feeds = map[string]*formatFeed{}
+	}
+	if err := downloadFiles(ctx, s, files, root, tmp, opts, checked, feeds); err != nil {
 		return err
 	}
 	if !opts.SkipFormatCheck {
-		if err := checkRestored(ctx, root, tmp, files, set, opts.Workers); err != nil {
+		if err := checkRestored(ctx, root, tmp, files, set, opts.Workers, feeds); err != nil {
 			if !errors.Is(err, ErrCorrupt) && ctx.Err() == nil {
 				err = writeFailed(err)
 			}
@@ -629,11 +657,19 @@ func prepareRestore(ctx context.Context, files []File, root *beneath.Dir, sub st
 }
 
 // downloadFiles writes the chunks of files into their reserved files under
-// tmp, up to workers at once, and reports progress (when set) after each.
+// tmp, up to opts.Workers at once, checks each by opts.Check (counting in
+// checked the chunks each check ran on), and reports opts.Progress (when
+// set) after each. With feeds (not nil), each file's format check is fed
+// by the download (formatFeed), and its feed is put there by path.
 // A sender opens one file at a time and hands out its chunks; the file is
 // closed, with its mode set and synced, when its last chunk is written.
 // The first error stops it and is returned.
-func downloadFiles(ctx context.Context, s storage.Store, files []File, root *beneath.Dir, tmp string, workers int, progress func(done, total int64)) error {
+func downloadFiles(ctx context.Context, s storage.Store, files []File, root *beneath.Dir, tmp string, opts RestoreOptions, checked *Checked, feeds map[string]*formatFeed) error {
+	workers, progress := opts.Workers, opts.Progress
+	var bySHA256, byCRC32C atomic.Int64
+	defer func() {
+		checked.SHA256, checked.CRC32C = int(bySHA256.Load()), int(byCRC32C.Load())
+	}()
 	var total int64
 	for _, mf := range files {
 		total += mf.Size
@@ -654,13 +690,22 @@ func downloadFiles(ctx context.Context, s storage.Store, files []File, root *ben
 		// The chunk goes into the temporary file before its hash is
 		// known; a bad chunk fails the whole restore, and the temporary
 		// directory is removed.
-		if err := fetchChunk(gctx, s, job.chunk, job.file.f, job.offset, buf); err != nil {
+		used, err := fetchChunk(gctx, s, job.chunk, job.file, job.offset, buf, opts.Check)
+		if err != nil {
 			return job.file.release(gctx, fmt.Errorf("file %s at offset %d: %w", job.file.path, job.offset, err))
+		}
+		if job.file.feed != nil {
+			job.file.feed.chunkDone(job.offset, job.offset+job.chunk.Size, buf)
+		}
+		if used == CheckCRC32C {
+			byCRC32C.Add(1)
+		} else {
+			bySHA256.Add(1)
 		}
 		// Start writing back now, so the fsync before the rename has
 		// little left to do. Advisory: errors are ignored.
 		_ = unix.SyncFileRange(int(job.file.f.Fd()), job.offset, job.chunk.Size, unix.SYNC_FILE_RANGE_WRITE)
-		err := job.file.release(gctx, nil)
+		err = job.file.release(gctx, nil)
 		if progress != nil {
 			progress(written.Add(job.chunk.Size), total)
 		}
@@ -671,7 +716,7 @@ func downloadFiles(ctx context.Context, s storage.Store, files []File, root *ben
 			if len(mf.Chunks) == 0 {
 				continue // done by reserveFiles
 			}
-			if err := sendChunks(gctx, mf, root, tmp, func(job restoreJob) {
+			if err := sendChunks(gctx, mf, root, tmp, feeds, func(job restoreJob) {
 				g.Go(func() error { return fetch(job) })
 			}); err != nil || gctx.Err() != nil {
 				return err
@@ -685,12 +730,16 @@ func downloadFiles(ctx context.Context, s storage.Store, files []File, root *ben
 // sendChunks opens mf's reserved file under tmp, beneath root, and hands
 // each of its chunks to fetch, until ctx ends; then it drops its own
 // reference to the file (restoreFile.release).
-func sendChunks(ctx context.Context, mf File, root *beneath.Dir, tmp string, fetch func(restoreJob)) error {
-	f, err := root.OpenFile(tmp+"/"+mf.Path, unix.O_WRONLY, 0)
+func sendChunks(ctx context.Context, mf File, root *beneath.Dir, tmp string, feeds map[string]*formatFeed, fetch func(restoreJob)) error {
+	f, err := root.OpenFile(tmp+"/"+mf.Path, unix.O_RDWR, 0) // read back by formatFeed
 	if err != nil {
 		return writeFailed(err)
 	}
 	rf := &restoreFile{f: f, path: mf.Path, mode: fs.FileMode(mf.Mode)}
+	if feeds != nil {
+		rf.feed = newFormatFeed(f, mf.Size)
+		feeds[mf.Path] = rf.feed
+	}
 	rf.refs.Store(1)
 	var off int64
 	for _, c := range mf.Chunks {
@@ -855,7 +904,11 @@ func setPaths(m *Manifest) []string {
 // checkRestored runs the format checks on the restored files under tmp, up
 // to workers at once, and format.CheckSet on the paths set. A file that is
 // not whole is an error wrapping ErrCorrupt and format.ErrTorn.
-func checkRestored(ctx context.Context, root *beneath.Dir, tmp string, files []File, set []string, workers int) error {
+//
+// A file whose check the download fed (feeds) has its verdict already;
+// the others are read (checkRestoredFile): for most formats, their
+// headers and tails only.
+func checkRestored(ctx context.Context, root *beneath.Dir, tmp string, files []File, set []string, workers int, feeds map[string]*formatFeed) error {
 	if err := format.CheckSet(set); err != nil {
 		return formatCorrupt("the snapshot's files", err)
 	}
@@ -866,6 +919,14 @@ func checkRestored(ctx context.Context, root *beneath.Dir, tmp string, files []F
 			break
 		}
 		g.Go(func() error {
+			if ff := feeds[f.Path]; ff != nil {
+				if ok, err := ff.verdict(); ok {
+					if err != nil {
+						return formatCorrupt(f.Path, err)
+					}
+					return nil
+				}
+			}
 			if err := checkRestoredFile(root, tmp+"/"+f.Path); err != nil {
 				return formatCorrupt(f.Path, err)
 			}
@@ -875,6 +936,10 @@ func checkRestored(ctx context.Context, root *beneath.Dir, tmp string, files []F
 	return waitCause(ctx, gctx, g)
 }
 
+// beforeCheckRead, when set (tests), is called with the path of each
+// restored file checkRestoredFile reads.
+var beforeCheckRead func(rel string)
+
 // checkRestoredFile is format.CheckFile of the file rel, opened beneath
 // root without following a link (so a temporary directory swapped for a
 // link is never read through): the checks its content announces, those
@@ -882,6 +947,9 @@ func checkRestored(ctx context.Context, root *beneath.Dir, tmp string, files []F
 // streamed check. Content no check recognises, or one only partly
 // recognised (format.ErrUnchecked), passes.
 func checkRestoredFile(root *beneath.Dir, rel string) error {
+	if beforeCheckRead != nil {
+		beforeCheckRead(rel)
+	}
 	f, err := root.OpenFile(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return err
@@ -972,18 +1040,19 @@ func checkTargets(root *beneath.Dir, sub string, files []File) error {
 // at a time: memory per download worker, whatever the chunk size.
 const fetchBuffer = 1 << 20
 
-// fetchChunk downloads chunk c through scratch, checks its length and
-// SHA-256, and writes it at off in w (nil: only check it). Bytes beyond
-// c.Size are counted, never written: w's next range belongs to another
-// chunk. A missing object, or one of the wrong length or hash, wraps
-// ErrCorrupt. A transfer that fails is the store's to retry
-// (storage.Retry resumes a cut body); a body that ends early without an
-// error is read on from where it ended when the stored size says the
-// object is whole, so that it is not taken for a short chunk. Errors
-// writing to w are permanent.
-func fetchChunk(ctx context.Context, s storage.Store, c Chunk, w io.WriterAt, off int64, scratch []byte) error {
+// fetchChunk downloads chunk c through scratch, checks its length and its
+// bytes (check: its SHA-256, or the CRC32C the store returned with it; see
+// Check), and writes it at off in w (nil: only check it). It returns the
+// check that ran. Bytes beyond c.Size are counted, never written: w's
+// next range belongs to another chunk. A missing object, or one of the
+// wrong length or checksum, wraps ErrCorrupt. A transfer that fails is
+// the store's to retry (storage.Retry resumes a cut body); a body that
+// ends early without an error is read on from where it ended when the
+// stored size says the object is whole, so that it is not taken for a
+// short chunk. Errors writing to w are permanent.
+func fetchChunk(ctx context.Context, s storage.Store, c Chunk, w io.WriterAt, off int64, scratch []byte, check Check) (Check, error) {
 	key := chunkKey(c.SHA256)
-	f := &chunkFetch{c: c, w: w, off: off, scratch: scratch, h: sha256.New()}
+	f := &chunkFetch{c: c, w: w, off: off, scratch: scratch, check: check}
 	err := f.get(ctx, s, key, 0, -1)
 	if err == nil && f.n < c.Size {
 		// A transfer cut short and an object that is too short end
@@ -996,28 +1065,26 @@ func fetchChunk(ctx context.Context, s storage.Store, c Chunk, w io.WriterAt, of
 		}
 	}
 	if errors.Is(err, storage.ErrNotExist) {
-		return fmt.Errorf("chunk %s is missing: %w: %w", key, err, ErrCorrupt)
+		return check, fmt.Errorf("chunk %s is missing: %w: %w", key, err, ErrCorrupt)
 	}
 	if err != nil {
-		return fmt.Errorf("download %s: %w", key, err)
+		return check, fmt.Errorf("download %s: %w", key, err)
 	}
 	if f.n != c.Size {
-		return fmt.Errorf("chunk %s has the wrong length (want %d bytes, got %d): %w", key, c.Size, f.n, ErrCorrupt)
+		return f.sum.used(), fmt.Errorf("chunk %s has the wrong length (want %d bytes, got %d): %w", key, c.Size, f.n, ErrCorrupt)
 	}
-	if got := hex.EncodeToString(f.h.Sum(nil)); got != c.SHA256 {
-		return fmt.Errorf("chunk %s has sha256 %s: %w", key, got, ErrCorrupt)
-	}
-	return nil
+	return f.sum.used(), f.sum.verify(c)
 }
 
 // chunkFetch is one chunk's download: the bytes read so far (n) and their
-// hash.
+// check, chosen at the first Get by what the store said of the object.
 type chunkFetch struct {
 	c       Chunk
 	w       io.WriterAt
 	off     int64
 	scratch []byte
-	h       hash.Hash
+	check   Check
+	sum     *chunkSum
 	n       int64
 }
 
@@ -1030,6 +1097,9 @@ func (f *chunkFetch) get(ctx context.Context, s storage.Store, key string, offse
 		return err
 	}
 	defer rc.Close()
+	if f.sum == nil {
+		f.sum = newChunkSum(f.check, f.c, storage.BodySums(rc))
+	}
 	r := io.LimitReader(rc, f.c.Size+1-f.n)
 	for {
 		// Fill scratch, so that writes are large.
@@ -1040,7 +1110,7 @@ func (f *chunkFetch) get(ctx context.Context, s storage.Store, key string, offse
 			k, rerr = r.Read(f.scratch[m:])
 			m += k
 		}
-		f.h.Write(f.scratch[:m])
+		f.sum.write(f.scratch[:m])
 		if f.w != nil && f.n < f.c.Size && m > 0 {
 			if _, werr := f.w.WriteAt(f.scratch[:min(int64(m), f.c.Size-f.n)], f.off+f.n); werr != nil {
 				return storage.Permanent(writeFailed(werr))

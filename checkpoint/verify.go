@@ -133,9 +133,12 @@ type VerifyReport struct {
 	// were not.
 	PassedOver string
 	ReadData   Subset // the chunks whose content was to be checked
-	Manifests  int    // manifests that decoded
-	Chunks     int    // distinct chunks referenced
-	ChunksRead int    // chunks downloaded and hashed
+	// Check is how the chunks read were checked: always CheckSHA256,
+	// their content address, whatever the store keeps with them.
+	Check      Check
+	Manifests  int // manifests that decoded
+	Chunks     int // distinct chunks referenced
+	ChunksRead int // chunks downloaded and hashed
 	BytesRead  int64
 	Problems   []Problem
 }
@@ -160,7 +163,7 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 	if err != nil {
 		return nil, err
 	}
-	rep := &VerifyReport{Step: step, WorldSize: opts.WorldSize, ReadData: opts.ReadData}
+	rep := &VerifyReport{Step: step, WorldSize: opts.WorldSize, ReadData: opts.ReadData, Check: CheckSHA256}
 	if rep.WorldSize == 0 {
 		g, err := oneGroup(groups, 0, fmt.Sprintf("step %d", step), s)
 		if err != nil {
@@ -281,7 +284,7 @@ func checkChunk(ctx context.Context, s storage.Store, sum string, size int64, re
 	case !readData.Contains(sum):
 		return nil, false, nil
 	}
-	err = fetchChunk(ctx, s, Chunk{SHA256: sum, Size: size}, nil, 0, scratch)
+	_, err = fetchChunk(ctx, s, Chunk{SHA256: sum, Size: size}, nil, 0, scratch, CheckSHA256) // VerifyReport.Check
 	switch {
 	case errors.Is(err, ErrCorrupt):
 		return &Problem{CorruptChunk, key, err.Error()}, true, nil

@@ -111,6 +111,17 @@ type Stream interface {
 	Close() error
 }
 
+// Skipper is a Stream that can say how many of the next bytes it will not
+// look at (a pickle's payload), so that a caller that would have to read
+// them only to feed it (a restore reading back what it wrote) can skip
+// them instead. Skip(n), for n no more than Skippable(), is Write of n
+// bytes whatever they are.
+type Skipper interface {
+	Stream
+	Skippable() int64
+	Skip(n int64)
+}
+
 // Inspect runs every check that applies to the file at path and returns
 // its format with the verdict: nil when whole (or when no check applies:
 // Unknown and Empty), an error wrapping ErrTorn when torn, ErrUnchecked

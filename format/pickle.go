@@ -319,6 +319,23 @@ func (s *pickleStream) checkLine() bool {
 
 // Close says whether the bytes written are one or more whole pickles: they
 // end exactly after a STOP opcode.
+// Skippable is the payload still to skip, or every byte once the verdict
+// is known (Skipper).
+func (s *pickleStream) Skippable() int64 {
+	if s.closed || s.garbled != nil {
+		return math.MaxInt64
+	}
+	return int64(min(s.skip, math.MaxInt64))
+}
+
+// Skip is Write of n bytes that Skippable allows, without them.
+func (s *pickleStream) Skip(n int64) {
+	if !s.closed && s.garbled == nil {
+		s.skip -= uint64(n)
+	}
+	s.off += n
+}
+
 func (s *pickleStream) Close() error {
 	if s.closed {
 		return s.verdict

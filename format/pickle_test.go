@@ -433,3 +433,48 @@ func BenchmarkPickleStream(b *testing.B) {
 		})
 	}
 }
+
+// skipCheck is streamCheck feeding through Skip every byte the stream
+// says it would not look at, in Writes of up to step bytes otherwise.
+func skipCheck(b []byte, step int) (err error, skipped int) {
+	s := new(pickleStream)
+	var sk Skipper = s
+	for len(b) > 0 {
+		if n := min(sk.Skippable(), int64(len(b))); n > 0 {
+			sk.Skip(n)
+			b = b[n:]
+			skipped += int(n)
+			continue
+		}
+		n := min(step, len(b))
+		s.Write(b[:n])
+		b = b[n:]
+	}
+	return s.Close(), skipped
+}
+
+// TestPickleSkipIsWrite: feeding a pickle through Skip wherever Skippable
+// allows gives the verdict of Writes, for every fixture whole and cut at
+// every byte, and skips the payloads.
+func TestPickleSkipIsWrite(t *testing.T) {
+	total := 0
+	for name, b := range pickleFixtures(t) {
+		t.Run(name, func(t *testing.T) {
+			for _, step := range []int{1, 7, 4096} {
+				err, skipped := skipCheck(b, step)
+				if err != nil {
+					t.Fatalf("whole, steps of %d: %v", step, err)
+				}
+				total += skipped
+				for cut := range len(b) {
+					if err, _ := skipCheck(b[:cut], step); !errors.Is(err, ErrTorn) {
+						t.Fatalf("cut at %d, steps of %d: got %v, want ErrTorn", cut, step, err)
+					}
+				}
+			}
+		})
+	}
+	if total == 0 {
+		t.Error("no payload byte of any fixture was skipped")
+	}
+}

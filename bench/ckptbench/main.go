@@ -65,6 +65,7 @@ type options struct {
 	rates                             []float64 // measurement 5: MB/s of the trainer's write, 0 unpaced
 	ratesOnly                         bool      // run measurement 5 alone
 	before                            string    // measurement 5: another lifeboat binary to time in the same runs
+	restoreOnly                       bool      // measurements 1 and 3 only
 }
 
 // paced is one run of measurement 5 at one write rate. Times are seconds.
@@ -83,8 +84,10 @@ type round struct {
 	mcUpRSS                        int64
 	first, second                  float64 // 2
 	secondBytes, total             int64
-	restore                        float64 // 3: lifeboat
+	restore                        float64 // 3: lifeboat (--verify-restore sha256, the default)
 	restoreRSS                     int64
+	restoreCRC                     float64 // 3: lifeboat --verify-restore crc32c
+	restoreCRCCPU, restoreCRCSrv   float64
 	mcDown, mcDownSync             float64 // 3: mc, and mc plus an fsync of the file
 	mcDownRSS                      int64
 	restoreCPU, restoreServer      float64 // 3: CPU seconds of lifeboat, and of the server meanwhile
@@ -105,6 +108,7 @@ func main() {
 	flag.StringVar(&o.bucket, "bucket", "ckptbench", "bucket to use; created when missing")
 	flag.IntVar(&o.runs, "runs", 3, "runs of each measurement")
 	flag.Int64Var(&o.size, "size", 1<<30, "checkpoint bytes")
+	flag.BoolVar(&o.restoreOnly, "restore-only", false, "measurements 1 (which stores the checkpoint) and 3 only")
 	flag.IntVar(&serverPID, "server-pid", 0, "pid of the MinIO server, to report its CPU time during restores and downloads")
 	rates := flag.String("rates", "0,300,100", "measurement 5: the trainer's write rates in MB/s, comma-separated; 0 is as fast as it goes; empty skips it")
 	flag.BoolVar(&o.ratesOnly, "rates-only", false, "run measurement 5 alone")
@@ -142,9 +146,11 @@ func main() {
 			check(err)
 			rounds = append(rounds, r)
 		}
-		p, err := pacedRound(o, self, i)
-		check(err)
-		pacedRuns = append(pacedRuns, p...)
+		if !o.restoreOnly {
+			p, err := pacedRound(o, self, i)
+			check(err)
+			pacedRuns = append(pacedRuns, p...)
+		}
 	}
 	if !o.ratesOnly {
 		printTables(os.Stdout, o, rounds, dropped)
@@ -187,24 +193,40 @@ func runRound(ctx context.Context, o options, self string, i int) (round, error)
 	r.mcUp, r.mcUpRSS = res.secs, res.rssKiB
 
 	// 2. The same files uploaded twice through the Go API.
+	if !o.restoreOnly {
+		if err := reupload(ctx, o, i, ckpt, &r); err != nil {
+			return r, err
+		}
+	}
+	return restoreRound(o, i, dir, src, store, mcObj, r)
+}
+
+// reupload is measurement 2 of run i.
+func reupload(ctx context.Context, o options, i int, ckpt string, r *round) error {
 	logf("run %d: re-upload of an unchanged checkpoint", i+1)
 	st, err := openStore(ctx, o.bucket, fmt.Sprintf("reupload-%d", i))
 	if err != nil {
-		return r, err
+		return err
 	}
 	u := &checkpoint.Uploader{Store: st, Producer: "ckptbench"}
 	for step, secs := range []*float64{&r.first, &r.second} {
 		t0 := time.Now()
 		res, err := u.Upload(ctx, ckpt, checkpoint.Target{Step: int64(step + 1), WorldSize: 1})
 		if err != nil {
-			return r, err
+			return err
 		}
 		*secs = time.Since(t0).Seconds()
 		r.secondBytes, r.total = res.UploadedBytes, res.Bytes
 	}
 	if r.total != o.size {
-		return r, fmt.Errorf("re-upload stored %d bytes, want %d", r.total, o.size)
+		return fmt.Errorf("re-upload stored %d bytes, want %d", r.total, o.size)
 	}
+	return nil
+}
+
+// restoreRound is measurement 3 (and 4, unless -restore-only) of run i.
+func restoreRound(o options, i int, dir, src, store, mcObj string, r round) (round, error) {
+	ctx := context.Background()
 
 	// 3. Restore, against mc cp down; the order alternates between runs.
 	restoreDir := filepath.Join(dir, "restore")
@@ -212,12 +234,24 @@ func runRound(ctx context.Context, o options, self string, i int) (round, error)
 	lb := func() error {
 		dropCaches()
 		logf("run %d: lifeboat restore", i+1)
+		os.RemoveAll(restoreDir)
 		res, err := timed(dir, o.lifeboat, "restore", "--store", store, "--dir", restoreDir, "--log-format", "json")
 		if err != nil {
 			return err
 		}
 		r.restore, r.restoreRSS = res.secs, res.rssKiB
 		r.restoreCPU, r.restoreServer = res.cpu, res.server
+		return sameFile(src, filepath.Join(restoreDir, filepath.FromSlash(ckptFile)))
+	}
+	lbCRC := func() error {
+		dropCaches()
+		logf("run %d: lifeboat restore --verify-restore crc32c", i+1)
+		os.RemoveAll(restoreDir)
+		res, err := timed(dir, o.lifeboat, "restore", "--store", store, "--dir", restoreDir, "--log-format", "json", "--verify-restore", "crc32c")
+		if err != nil {
+			return err
+		}
+		r.restoreCRC, r.restoreCRCCPU, r.restoreCRCSrv = res.secs, res.cpu, res.server
 		return sameFile(src, filepath.Join(restoreDir, filepath.FromSlash(ckptFile)))
 	}
 	mc := func() error {
@@ -237,15 +271,17 @@ func runRound(ctx context.Context, o options, self string, i int) (round, error)
 		r.mcDownSync = r.mcDown + sync
 		return sameFile(src, dst)
 	}
-	first, second := lb, mc
+	order := []func() error{lb, lbCRC, mc}
 	if i%2 == 1 {
-		first, second = mc, lb
+		order = []func() error{mc, lbCRC, lb}
 	}
-	if err := first(); err != nil {
-		return r, err
+	for _, f := range order {
+		if err := f(); err != nil {
+			return r, err
+		}
 	}
-	if err := second(); err != nil {
-		return r, err
+	if o.restoreOnly {
+		return r, nil
 	}
 	logf("run %d: format checks on and off, %d bytes in %d files", i+1, o.size, formatFiles)
 	return r, formatCost(ctx, o, i, dir, &r)
@@ -771,6 +807,10 @@ func printTables(w io.Writer, o options, rounds []round, dropped bool) {
 	bytesPct := 100 * moved / float64(o.size)
 	timePct := 100 * second / first
 	downRatio := mcDown / restore
+	restoreCRC := med(func(r round) float64 { return r.restoreCRC })
+	crcRatio := mcDown / restoreCRC
+	gib := float64(o.size) / (1 << 30)
+	mcCPU := med(func(r round) float64 { return r.mcDownCPU })
 	fmt.Fprintf(w, "Checkpoint of %d bytes (%.0f MiB), median of %d runs; MB/s is 10^6 bytes per second.\n\n", o.size, float64(o.size)/(1<<20), len(rounds))
 	fmt.Fprintln(w, "| measurement | lifeboat | mc | ratio | aim | met |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---|---|")
@@ -779,35 +819,49 @@ func printTables(w io.Writer, o options, rounds []round, dropped bool) {
 	fmt.Fprintf(w, "| 1. SIGTERM to durable minus the write, vs `mc cp` up | %.2f s (%.0f MB/s) | %.2f s (%.0f MB/s) | %.2fx the time | <= 1.10x | %s |\n",
 		upload, mbs(upload), mcUp, mbs(mcUp), upRatio, yes(upRatio <= 1.10))
 	fmt.Fprintf(w, "| 1. of which the final flush (lifeboat's `checkpoint.flushed`) | %.2f s (%.0f MB/s) | | | | |\n", flush, mbs(flush))
-	fmt.Fprintf(w, "| 2. first upload (Go API, %d workers, 8 MiB chunks) | %.2f s (%.0f MB/s) | | | | |\n", checkpoint.DefaultUploadWorkers, first, mbs(first))
-	fmt.Fprintf(w, "| 2. unchanged re-upload: bytes moved | %.0f of %d (%.2f%%) | | | <= 1%% | %s |\n", moved, o.size, bytesPct, yes(bytesPct <= 1))
-	fmt.Fprintf(w, "| 2. unchanged re-upload: time | %.2f s (%.1f%% of the first) | | | <= 10%% | %s |\n", second, timePct, yes(timePct <= 10))
-	fmt.Fprintf(w, "| 3. verified restore vs `mc cp` down | %.2f s (%.0f MB/s) | %.2f s (%.0f MB/s) | %.2fx the speed | >= 1.0x | %s |\n",
-		restore, mbs(restore), mcDown, mbs(mcDown), downRatio, yes(downRatio >= 1.0))
-	fmt.Fprintf(w, "| 3. the same vs `mc cp` down + fsync of the file | %.2f s (%.0f MB/s) | %.2f s (%.0f MB/s) | %.2fx the speed | (fairer: restore fsyncs) | |\n",
-		restore, mbs(restore), mcDownSync, mbs(mcDownSync), mcDownSync/restore)
-	fmt.Fprintf(w, "| 3. CPU seconds: client / server meanwhile | %.2f / %.2f | %.2f / %.2f | | | |\n",
-		med(func(r round) float64 { return r.restoreCPU }), med(func(r round) float64 { return r.restoreServer }),
-		med(func(r round) float64 { return r.mcDownCPU }), med(func(r round) float64 { return r.mcDownServer }))
+	if !o.restoreOnly {
+		fmt.Fprintf(w, "| 2. first upload (Go API, %d workers, 8 MiB chunks) | %.2f s (%.0f MB/s) | | | | |\n", checkpoint.DefaultUploadWorkers, first, mbs(first))
+		fmt.Fprintf(w, "| 2. unchanged re-upload: bytes moved | %.0f of %d (%.2f%%) | | | <= 1%% | %s |\n", moved, o.size, bytesPct, yes(bytesPct <= 1))
+		fmt.Fprintf(w, "| 2. unchanged re-upload: time | %.2f s (%.1f%% of the first) | | | <= 10%% | %s |\n", second, timePct, yes(timePct <= 10))
+	}
+	for _, m := range []struct {
+		name      string
+		secs, cpu float64
+		server    float64
+		downRatio float64
+		syncRatio float64
+	}{
+		{"verified restore (sha256, the default)", restore, med(func(r round) float64 { return r.restoreCPU }), med(func(r round) float64 { return r.restoreServer }), downRatio, mcDownSync / restore},
+		{"verified restore, `--verify-restore crc32c`", restoreCRC, med(func(r round) float64 { return r.restoreCRCCPU }), med(func(r round) float64 { return r.restoreCRCSrv }), crcRatio, mcDownSync / restoreCRC},
+	} {
+		fmt.Fprintf(w, "| 3. %s vs `mc cp` down | %.2f s (%.0f MB/s) | %.2f s (%.0f MB/s) | %.2fx the speed | >= 1.1x | %s |\n",
+			m.name, m.secs, mbs(m.secs), mcDown, mbs(mcDown), m.downRatio, yes(m.downRatio >= 1.1))
+		fmt.Fprintf(w, "| 3. the same vs `mc cp` down + fsync of the file | %.2f s (%.0f MB/s) | %.2f s (%.0f MB/s) | %.2fx the speed | >= 1.3x | %s |\n",
+			m.secs, mbs(m.secs), mcDownSync, mbs(mcDownSync), m.syncRatio, yes(m.syncRatio >= 1.3))
+		fmt.Fprintf(w, "| 3. the same: client CPU s per GiB (server CPU s meanwhile) | %.2f (%.2f) | %.2f (%.2f) | | <= mc's | %s |\n",
+			m.cpu/gib, m.server, mcCPU/gib, med(func(r round) float64 { return r.mcDownServer }), yes(m.cpu <= mcCPU))
+	}
 	fmt.Fprintf(w, "| peak RSS, 1 (lifeboat run) / 3 (restore), max of runs | %.0f / %.0f MiB | %.0f / %.0f MiB (up / down) | | | |\n",
 		maxRSS(func(r round) int64 { return r.termRSS }), maxRSS(func(r round) int64 { return r.restoreRSS }),
 		maxRSS(func(r round) int64 { return r.mcUpRSS }), maxRSS(func(r round) int64 { return r.mcDownRSS }))
 
-	on := med(func(r round) float64 { return r.checksOn })
-	off := med(func(r round) float64 { return r.checksOff })
-	alone := med(func(r round) float64 { return r.checkOnly })
-	fmt.Fprintf(w, "| 4. upload of %d pickles, format checks on / off (Go API) | %.2f s / %.2f s (%+.1f%%) | | | | |\n",
-		formatFiles, on, off, 100*(on-off)/off)
-	fmt.Fprintf(w, "| 4. the format checks alone over the same bytes, in 8 MiB buffers as the upload feeds them | %.4f s (%.3f%% of the upload) | | | < 1%% | %s |\n",
-		alone, 100*alone/off, yes(alone/off < 0.01))
+	if !o.restoreOnly {
+		on := med(func(r round) float64 { return r.checksOn })
+		off := med(func(r round) float64 { return r.checksOff })
+		alone := med(func(r round) float64 { return r.checkOnly })
+		fmt.Fprintf(w, "| 4. upload of %d pickles, format checks on / off (Go API) | %.2f s / %.2f s (%+.1f%%) | | | | |\n",
+			formatFiles, on, off, 100*(on-off)/off)
+		fmt.Fprintf(w, "| 4. the format checks alone over the same bytes, in 8 MiB buffers as the upload feeds them | %.4f s (%.3f%% of the upload) | | | < 1%% | %s |\n",
+			alone, 100*alone/off, yes(alone/off < 0.01))
 
+	}
 	fmt.Fprintln(w, "\nEach run (seconds):")
-	fmt.Fprintln(w, "\n| run | 1. total | write | total-write | flush | mc up | 2. first | second | moved bytes | 3. restore | mc down | mc down+fsync | 4. checks on | off | alone |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "\n| run | 1. total | write | total-write | flush | mc up | 2. first | second | moved bytes | 3. restore | crc32c | mc down | mc down+fsync | 4. checks on | off | alone |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for i, r := range rounds {
-		fmt.Fprintf(w, "| %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f |\n", i+1,
+		fmt.Fprintf(w, "| %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f |\n", i+1,
 			r.termTotal, r.trainerWrite, r.termTotal-r.trainerWrite, r.flush, r.mcUp, r.first, r.second, r.secondBytes,
-			r.restore, r.mcDown, r.mcDownSync, r.checksOn, r.checksOff, r.checkOnly)
+			r.restore, r.restoreCRC, r.mcDown, r.mcDownSync, r.checksOn, r.checksOff, r.checkOnly)
 	}
 	trainerRSS := maxRSS(func(r round) int64 { return r.trainerRSS })
 	cache := "dropped before each restore and mc download"

@@ -38,6 +38,7 @@ type checkpointOptions struct {
 	restore      string
 	restoreRanks string
 	workers      int
+	verify       checkFlag // --verify-restore
 	exclude      string
 	markerOnly   bool
 	verifyFormat string
@@ -61,6 +62,7 @@ func (o *checkpointOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.verifyFormat, "verify-format", "auto",
 		"auto: a file whose content a format check recognises (pickle, torch legacy, zip, safetensors, npy, JSON) and finds not whole makes its checkpoint an interrupted save, never committed or resumed; off: no format checks")
 	fs.IntVar(&o.workers, "workers", 0, fmt.Sprintf("parallel chunk uploads and downloads; 0: %d uploads, %d downloads", checkpoint.DefaultUploadWorkers, checkpoint.DefaultDownloadWorkers))
+	o.verify.register(fs)
 }
 
 const restoreRanksUsage = "own: restore this rank's files of the newest complete checkpoint of this world size; " +
@@ -82,8 +84,8 @@ func allRanks(v string) (bool, error) {
 // falling back to older ones on corruption, and writes the resume file (a
 // failure to is logged: the trainer is told by its variables). nil, nil,
 // nil means there is none: a fresh start.
-func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, all bool, log *slog.Logger, progressTo io.Writer) (*resume.Point, *checkpoint.RestoreResult, error) {
-	r, res, err := restoreLatestEvery(ctx, s, dir, ro, workers, all, log, progressTo, 5*time.Second)
+func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOptions, tune restoreTuning, all bool, log *slog.Logger, progressTo io.Writer) (*resume.Point, *checkpoint.RestoreResult, error) {
+	r, res, err := restoreLatestEvery(ctx, s, dir, ro, tune, all, log, progressTo, 5*time.Second)
 	if r != nil {
 		writeResumeFile(dir, r, log)
 	}
@@ -95,10 +97,10 @@ func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOpti
 // resume file. With all, it restores every rank's files of the newest
 // complete step of any world size into --dir/.lifeboat-ranks
 // (checkpoint.RestoreOptions.AllRanks).
-func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro rankOptions, workers int, all bool, log *slog.Logger, progressTo io.Writer, interval time.Duration) (*resume.Point, *checkpoint.RestoreResult, error) {
+func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro rankOptions, tune restoreTuning, all bool, log *slog.Logger, progressTo io.Writer, interval time.Duration) (*resume.Point, *checkpoint.RestoreResult, error) {
 	t0 := time.Now()
 	pr := newProgress(progressTo, log, interval)
-	res, err := checkpoint.RestoreLatest(ctx, s, ro.rank, dir, checkpoint.RestoreOptions{WorldSize: ro.worldSize, Workers: workers, Log: log, Progress: pr.update, AllRanks: all})
+	res, err := checkpoint.RestoreLatest(ctx, s, ro.rank, dir, checkpoint.RestoreOptions{WorldSize: ro.worldSize, Workers: tune.workers, Check: tune.check, Log: log, Progress: pr.update, AllRanks: all})
 	pr.stop()
 	if res != nil {
 		for _, f := range res.Fallbacks {
@@ -134,7 +136,8 @@ func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro ran
 	r := resume.Restored(dir, res, all)
 	el := time.Since(t0)
 	log.Info("resume.restored", "step", res.Step, "rank", ro.rank, "files", res.Files, "bytes", res.Bytes,
-		"seconds", el.Seconds(), "mb_per_s", float64(res.Bytes)/1e6/max(el.Seconds(), 1e-9), "dir", r.Dir, "manifest_id", r.ID, "line", checkpoint.ShortLine(res.Line))
+		"seconds", el.Seconds(), "mb_per_s", float64(res.Bytes)/1e6/max(el.Seconds(), 1e-9), "dir", r.Dir, "manifest_id", r.ID, "line", checkpoint.ShortLine(res.Line),
+		"verify_restore", tune.check.String(), "chunks_crc32c", res.Checked.CRC32C, "chunks_sha256", res.Checked.SHA256)
 	return r, res, nil
 }
 
@@ -210,7 +213,8 @@ type pipeline struct {
 	dir      string
 	ranks    rankOptions
 	workers  int
-	allRanks bool // --restore-ranks all
+	check    checkpoint.Check // --verify-restore
+	allRanks bool             // --restore-ranks all
 	log      *slog.Logger
 	// resumeSource is "store" (restored here), "init" (by an init
 	// container) or "none"; resumeSeconds how long the restore took.
@@ -231,7 +235,7 @@ func (p *pipeline) beforeRestart(ctx context.Context, attempt int) ([]string, er
 		p.log.Warn("resume.sync_failed", "err", err, "effect", "restarting from the newest committed checkpoint")
 	}
 	t0 := time.Now()
-	r, res, err := restoreLatest(ctx, p.store, p.dir, p.ranks, p.workers, p.allRanks, p.log, io.Discard)
+	r, res, err := restoreLatest(ctx, p.store, p.dir, p.ranks, restoreTuning{p.workers, p.check}, p.allRanks, p.log, io.Discard)
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +281,7 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	if err := storeOutside(so.url, dir); err != nil {
 		return nil, err
 	}
-	p := &pipeline{dir: dir, ranks: ro, workers: co.workers, allRanks: all, log: log}
+	p := &pipeline{dir: dir, ranks: ro, workers: co.workers, check: co.verify.check, allRanks: all, log: log}
 	so.onRetry = func(storage.RetryEvent) { p.retries.Add(1) }
 	s, err := so.open(ctx)
 	if err != nil {
@@ -342,7 +346,7 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 		}
 		t0 := time.Now()
 		var res *checkpoint.RestoreResult
-		p.resume, res, err = restoreLatest(ctx, s, dir, ro, co.workers, all, log, progressTo)
+		p.resume, res, err = restoreLatest(ctx, s, dir, ro, restoreTuning{co.workers, co.verify.check}, all, log, progressTo)
 		if err != nil {
 			return nil, err
 		}

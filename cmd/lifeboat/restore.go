@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -25,6 +26,7 @@ type restoreOptions struct {
 	restoreRanks string // --restore-ranks: own or all
 	step         int64
 	workers      int
+	verify       checkFlag // --verify-restore
 	interval     time.Duration
 	kube         kubeOptions
 
@@ -42,6 +44,7 @@ func restoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.Int64Var(&o.step, "step", -1, "restore this step instead of the newest complete one")
 	fs.StringVar(&o.restoreRanks, "restore-ranks", "own", restoreRanksUsage)
 	fs.IntVar(&o.workers, "workers", checkpoint.DefaultDownloadWorkers, "parallel chunk downloads")
+	o.verify.register(fs)
 	fs.DurationVar(&o.interval, "progress-interval", 5*time.Second, "how often progress is logged when stderr is not a terminal (a terminal gets a bar)")
 	fs.Usage = flagUsage(fs, stderr, "lifeboat restore --store URL --dir DIR [--step N] [flags]\n\n"+
 		"Restores the newest complete checkpoint into DIR, falling back past any that cannot be\n"+
@@ -109,7 +112,7 @@ func runRestore(ctx context.Context, o *restoreOptions) error {
 		if all {
 			ws = 0 // the step's own world size
 		}
-		res, err := checkpoint.Restore(ctx, s, o.step, o.ranks.rank, o.dir, checkpoint.RestoreOptions{WorldSize: ws, Workers: o.workers, Log: log, Progress: pr.update, AllRanks: all})
+		res, err := checkpoint.Restore(ctx, s, o.step, o.ranks.rank, o.dir, checkpoint.RestoreOptions{WorldSize: ws, Workers: o.workers, Check: o.verify.check, Log: log, Progress: pr.update, AllRanks: all})
 		pr.stop()
 		if serr := stopped("restore", err); serr != nil {
 			return serr
@@ -125,7 +128,7 @@ func runRestore(ctx context.Context, o *restoreOptions) error {
 		o.kube.restored(ctx, log, res.Step, time.Since(t0).Seconds())
 		return nil
 	}
-	r, _, err := restoreLatestEvery(ctx, s, o.dir, o.ranks, o.workers, all, log, o.common.stderr, o.interval)
+	r, _, err := restoreLatestEvery(ctx, s, o.dir, o.ranks, restoreTuning{o.workers, o.verify.check}, all, log, o.common.stderr, o.interval)
 	if serr := stopped("restore", err); serr != nil {
 		return serr
 	}
@@ -153,5 +156,33 @@ func handOn(dir string, r *resume.Point) error {
 	if err := resume.Write(dir, r); err != nil {
 		return fmt.Errorf("restored step %d, but %w; lifeboat run --restore never learns from that file what was restored, and without it the trainer would start fresh and everything in --dir would be uploaded as new work: free that path (or the volume) and run lifeboat restore again", r.Step, err)
 	}
+	return nil
+}
+
+// restoreTuning is how a restore downloads and checks chunks: --workers
+// and --verify-restore.
+type restoreTuning struct {
+	workers int
+	check   checkpoint.Check
+}
+
+// checkFlag is --verify-restore: how a restore checks each chunk it
+// downloads (checkpoint.Check).
+type checkFlag struct{ check checkpoint.Check }
+
+func (f *checkFlag) register(fs *flag.FlagSet) {
+	fs.Var(f, "verify-restore", "how a restore checks each chunk it downloads: sha256 recomputes its SHA-256, the content address "+
+		"the manifest names, whoever wrote the store; crc32c checks it against the CRC32C the server checked and kept when lifeboat "+
+		"uploaded it (a fraction of the CPU; trusts whoever can write the store, docs/FORMAT.md), and by SHA-256 where the server keeps none")
+}
+
+func (f *checkFlag) String() string { return f.check.String() }
+
+func (f *checkFlag) Set(v string) error {
+	c, err := checkpoint.ParseCheck(v)
+	if err != nil {
+		return err
+	}
+	f.check = c
 	return nil
 }

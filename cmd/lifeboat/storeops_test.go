@@ -145,7 +145,7 @@ func TestVerifyReadsDataByDefault(t *testing.T) {
 		}
 	}
 	code, out, errOut := lbRun(t, nil, "verify", "--store", url, "--read-data-subset", "none")
-	if code != 0 || !strings.Contains(out, "read-data none: 0 chunks") {
+	if code != 0 || !strings.Contains(out, "read-data none: 0 chunks, 0 bytes read and checked (sha256)") {
 		t.Errorf("verify --read-data-subset none: exit %d, want 0 (sizes are right) saying nothing was read; stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	code, out, _ = lbRun(t, []string{"LIFEBOAT_READ_DATA_SUBSET=none"}, "verify", "--store", url)
@@ -223,7 +223,7 @@ func TestVerifyChecksNamedBeneathCounters(t *testing.T) {
 			}
 			rep := reps[0]
 			wantRanks := []verifyRank{{0, 0, false, "snapshots/00000000000000000010/rank-00000-of-00002.json"}, {1, 0, false, "snapshots/00000000000000000010/rank-00001-of-00002.json"}}
-			if rep.Step != 10 || rep.Revision != 0 || rep.PassedOver != why || !slices.Equal(rep.Ranks, wantRanks) || rep.OK != (broken == "counter") ||
+			if rep.Step != 10 || rep.Revision != 0 || rep.PassedOver != why || rep.DataCheck != "sha256" || !slices.Equal(rep.Ranks, wantRanks) || rep.OK != (broken == "counter") ||
 				(broken == "named") != (len(rep.Problems) == 1 && rep.Problems[0].Key == key && rep.Problems[0].Kind == "corrupt-chunk") {
 				t.Errorf("verify --json: %+v; want the named revisions %+v checked, passed over because %q", rep, wantRanks, why)
 			}

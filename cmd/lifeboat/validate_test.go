@@ -55,6 +55,7 @@ var badStrings = map[string][]string{
 	"gpu-memory-limit":  {"lots", "1.5"},
 	"gpu-memory-policy": {"explode"},
 	"read-data-subset":  {"3/2", "x"},
+	"verify-restore":    {"md5", "SHA256", "none"},
 }
 
 // freeText are the string flags every value of which is valid, and why.

@@ -34,6 +34,7 @@ type verifyEntry struct {
 	// checkpoints) were passed over, as a restore passes them over.
 	PassedOver string          `json:"passed_over,omitempty"`
 	ReadData   string          `json:"read_data"`
+	DataCheck  string          `json:"data_check"` // how the chunks read were checked: sha256
 	Manifests  int             `json:"manifests"`
 	Chunks     int             `json:"chunks"`
 	ChunksRead int             `json:"chunks_read"`
@@ -59,7 +60,7 @@ type verifyProblem struct {
 
 func newVerifyEntry(rep *checkpoint.VerifyReport) verifyEntry {
 	e := verifyEntry{Step: rep.Step, WorldSize: rep.WorldSize, Revision: rep.Revision, Ranks: []verifyRank{}, PassedOver: rep.PassedOver,
-		ReadData: rep.ReadData.String(), Manifests: rep.Manifests, Chunks: rep.Chunks, ChunksRead: rep.ChunksRead, BytesRead: rep.BytesRead,
+		ReadData: rep.ReadData.String(), DataCheck: rep.Check.String(), Manifests: rep.Manifests, Chunks: rep.Chunks, ChunksRead: rep.ChunksRead, BytesRead: rep.BytesRead,
 		OK: rep.OK(), Problems: []verifyProblem{}}
 	for _, r := range rep.Ranks {
 		e.Ranks = append(e.Ranks, verifyRank{Rank: r.Rank, Revision: r.Revision, Counter: r.Counter, Manifest: r.Key})
@@ -100,7 +101,9 @@ Which steps:
 What is checked at every level: every rank of the step has a manifest that
 decodes and is valid, and every chunk the manifests name is stored with the
 size they say (and the SHA-256 the store reports, where it reports one).
---read-data-subset then sets which chunks are also downloaded and hashed:
+--read-data-subset then sets which chunks are also downloaded and checked
+by their SHA-256, the content address the manifests name (whatever
+--verify-restore a restore uses: verify is the check that trusts no one):
   all      every chunk (the default): a chunk whose bytes were altered is found
   none     none: presence and sizes only (cheap: one Stat per chunk); a chunk
            altered in place with its size kept is NOT found
@@ -191,8 +194,8 @@ func runVerify(ctx context.Context, o *verifyOptions) error {
 			continue
 		}
 		if rep.OK() {
-			fmt.Fprintf(stdout, "step %d rev %d: ok (%d manifests, %d chunks stored with their sizes; read-data %s: %d chunks, %d bytes read and hashed)\n",
-				step, rep.Revision, rep.Manifests, rep.Chunks, rep.ReadData, rep.ChunksRead, rep.BytesRead)
+			fmt.Fprintf(stdout, "step %d rev %d: ok (%d manifests, %d chunks stored with their sizes; read-data %s: %d chunks, %d bytes read and checked (%s))\n",
+				step, rep.Revision, rep.Manifests, rep.Chunks, rep.ReadData, rep.ChunksRead, rep.BytesRead, rep.Check)
 		} else {
 			fmt.Fprintf(stdout, "step %d rev %d: %d problems\n", step, rep.Revision, len(rep.Problems))
 		}

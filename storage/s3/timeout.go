@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/lifeboat-project/lifeboat/storage"
 )
 
 // The clocks of a request and what happens when one runs out: see the
@@ -141,11 +143,15 @@ func failed(ctx context.Context, err error) error {
 // timeoutError it is, and closing it ends the Get's call.
 type getBody struct {
 	io.ReadCloser
-	ctx context.Context
-	end context.CancelCauseFunc
-	cfg Config
-	key string
+	ctx  context.Context
+	end  context.CancelCauseFunc
+	cfg  Config
+	key  string
+	sums storage.StoredSums // of the whole object, for a Get of it
 }
+
+// StoredSums is what the server said of the object (storage.BodySums).
+func (b *getBody) StoredSums() storage.StoredSums { return b.sums }
 
 func (b *getBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
