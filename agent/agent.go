@@ -297,13 +297,18 @@ func (a *Agent) Run(ctx context.Context) {
 			if inflight != nil {
 				continue
 			}
-			if stream != nil {
-				// The stream holds the buffers; the final flush picks.
-				next.Reset(a.cfg.Interval)
-				continue
-			}
 			r, older, ok := a.pick(background)
 			if ok {
+				if stream != nil {
+					// A save became whole during the stop (a notice's
+					// signal that the trainer saves on and keeps running):
+					// it is uploaded now, as without a stream, from the
+					// chunks the stream stored; the stream holds the
+					// buffers, so it ends first and starts again once the
+					// upload is done.
+					a.endStream(ctx, stream)
+					stream = nil
+				}
 				inflight = a.start(ctx, r, older)
 			} else {
 				next.Reset(a.cfg.Interval)

@@ -18,8 +18,9 @@ import (
 // calling it again does nothing more.
 //
 // The stream begins once no background upload is in flight (one that is
-// finishes first), and no background upload begins while it runs: the
-// chunks in memory stay within one upload's buffers.
+// finishes first); a save that becomes whole meanwhile ends it, is
+// uploaded in the background as without a stream, and the stream begins
+// again after it: the chunks in memory stay within one upload's buffers.
 func (a *Agent) Stopping() {
 	select {
 	case a.stopCh <- struct{}{}:
