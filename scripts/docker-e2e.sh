@@ -21,6 +21,8 @@
 #
 # LIFEBOAT_E2E_REUSE_IMAGE=1 uses the existing lifeboat:dev and :dev-gpu instead of
 # running scripts/docker-build.sh (scripts/test.sh has just built it).
+# LIFEBOAT_E2E_IMAGES_ONLY=1 makes the images and stops there (scripts/test.sh
+# makes them while the Go tests run).
 # Exits non-zero when a check fails; the last line is
 # `docker-e2e: N passed, N failed`.
 set -euo pipefail
@@ -207,6 +209,10 @@ if ! timed trainer-image env DOCKER_BUILDKIT=0 docker build -q -f images/e2e/Doc
 	cat "$work/build.log" >&2
 	fail "building $TRAINER_IMAGE"
 	exit 1
+fi
+if [ "${LIFEBOAT_E2E_IMAGES_ONLY:-0}" = 1 ]; then
+	log "images ready; LIFEBOAT_E2E_IMAGES_ONLY=1 leaves out the cycles"
+	exit 0
 fi
 timed cycle-file cycle file "file:///store" -v "$work/store:/store"
 if [ -n "$(find "$work/store" -type f | head -n 1)" ]; then

@@ -10,13 +10,16 @@ log() { printf '==> %s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 LIFEBOAT_LDFLAGS='-X runtime.godebugDefault=asyncpreemptoff=1 -X github.com/lifeboat-project/lifeboat/signals.recordedGODEBUG=asyncpreemptoff=1'
 
 # apt_install installs the given Debian packages, updating apt's lists once
-# per run.
+# per run. Scripts that run side by side (scripts/test.sh makes images while
+# the Go tests run) take turns (flock -o: a daemon a package starts does not
+# keep the lock), and wait for any other apt holding dpkg's lock.
 apt_install() {
+	local lock=${TMPDIR:-/tmp}/lifeboat-apt.lock
 	if [ -z "${LIFEBOAT_APT_UPDATED:-}" ]; then
-		DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+		DEBIAN_FRONTEND=noninteractive flock -o "$lock" apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
 		export LIFEBOAT_APT_UPDATED=1
 	fi
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
+	DEBIAN_FRONTEND=noninteractive flock -o "$lock" apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "$@" >&2
 }
 
 # need_pkgs installs the Debian packages that provide the given commands

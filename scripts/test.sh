@@ -20,7 +20,10 @@ need_pkgs unshare:util-linux flock:util-linux python3:python3 sh:dash curl:curl 
 need_pymods torch:python3-torch numpy:python3-numpy
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/lifeboat-test.XXXXXX")
+prepare_pid=
 cleanup() {
+	# A failed phase leaves prepare's builds running: stop them all.
+	{ [ -n "$prepare_pid" ] && kill -TERM -- "-$prepare_pid" 2>/dev/null && wait "$prepare_pid"; } 2>/dev/null || true
 	scripts/minio.sh stop "$work/minio" >/dev/null 2>&1 || true
 	scripts/minio.sh stop "$work/versitygw" >/dev/null 2>&1 || true
 	rm -rf "$work"
@@ -34,20 +37,63 @@ scripts/minio.sh start "$work/minio" >&2
 . "$work/minio/env"
 LIFEBOAT_TEST_EC2_MOCK=$(scripts/ec2-metadata-mock.sh install)
 export LIFEBOAT_TEST_EC2_MOCK
-LIFEBOAT_TEST_K8S_BIN=$(scripts/k8s-build.sh install); export LIFEBOAT_TEST_K8S_BIN
 
-args=("$@")
-if ((${#args[@]} == 0)); then
-	args=(./...)
-fi
+docker=0
+[ "${LIFEBOAT_TEST_DOCKER:-1}" != 0 ] && docker=1
+
+# prepare builds what the later phases need: Kubernetes' components (the
+# Go tests of the Kubernetes API, the end to end), versitygw, and the
+# Docker images. The whole suite runs it beside the Go tests: those spend
+# most of their time waiting on processes and servers, and a cold build
+# (7 to 21 minutes of Kubernetes, the images' debootstrap) fits inside it.
+prepare() {
+	log "Kubernetes binaries (scripts/k8s-build.sh)"
+	scripts/k8s-build.sh install >"$work/k8s-bin"
+	log "versitygw"
+	scripts/minio.sh install-versitygw >/dev/null
+	if ((docker)); then
+		log "Docker images (scripts/docker-build.sh, the end to end's trainer)"
+		scripts/docker-build.sh
+		LIFEBOAT_E2E_IMAGES_ONLY=1 LIFEBOAT_E2E_REUSE_IMAGE=1 LIFEBOAT_E2E_S3=0 scripts/docker-e2e.sh
+	fi
+	log "prepared"
+}
+
 # go-nvml's header marks many NVML calls deprecated; cgo would print a
 # warning for each of them on every build of limits/gpu.
 export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations"
-log "go test -race ${args[*]}"
 # The timeout guards against a hang, not a speed: cmd/lifeboat alone takes
-# about 15 minutes on 2 idle cores, and passed 30 on a machine loaded
+# about 23 minutes on 2 idle cores, and passed 30 on a machine loaded
 # four times over.
-go test -race -count=1 -timeout 50m "${args[@]}"
+if (($# > 0)); then
+	LIFEBOAT_TEST_K8S_BIN=$(scripts/k8s-build.sh install); export LIFEBOAT_TEST_K8S_BIN
+	log "go test -race $*"
+	go test -race -count=1 -timeout 50m "$@"
+else
+	# The tests that start a Kubernetes API server (package deploy and
+	# cmd/lifeboat's TestKubeAPI; RequireKubeBinaries) run once prepare has
+	# built it; a new one belongs in the second list.
+	set -m # prepare gets a process group of its own, which cleanup can stop
+	prepare >"$work/prepare.log" 2>&1 &
+	prepare_pid=$!
+	set +m
+	log "go test -race ./... but the Kubernetes API tests (Kubernetes and the images build beside it)"
+	# shellcheck disable=SC2046
+	go test -race -count=1 -timeout 50m -skip '^TestKubeAPI$' $(go list ./... | grep -v '/deploy$')
+	log "waiting for the Kubernetes build and the images"
+	prepare_rc=0
+	wait "$prepare_pid" || prepare_rc=$?
+	prepare_pid=
+	cat "$work/prepare.log" >&2
+	if ((prepare_rc != 0)); then
+		log "building Kubernetes, versitygw or the images failed (exit $prepare_rc; its output is above)"
+		exit 1
+	fi
+	LIFEBOAT_TEST_K8S_BIN=$(cat "$work/k8s-bin"); export LIFEBOAT_TEST_K8S_BIN
+	log "go test -race: the Kubernetes API tests"
+	go test -race -count=1 -timeout 20m ./deploy/
+	go test -race -count=1 -timeout 20m -run '^TestKubeAPI$' ./cmd/lifeboat/
+fi
 
 if (($# == 0)); then
 	# A second S3 server, not MinIO: the store's conformance suite, the S3
@@ -87,17 +133,13 @@ if (($# == 0)); then
 	scripts/cross-test.sh >&2
 fi
 
-if [ "${LIFEBOAT_TEST_DOCKER:-1}" != 0 ] && (($# == 0)); then
-	log "Docker image"
-	scripts/docker-build.sh >&2
+if ((docker)) && (($# == 0)); then
 	log "Docker end to end: preempt with docker stop, resume with docker run"
 	LIFEBOAT_E2E_REUSE_IMAGE=1 scripts/docker-e2e.sh >&2
 fi
 if [ "${LIFEBOAT_K8S_E2E:-1}" != 0 ] && (($# == 0)); then
 	log "Kubernetes end to end: preemption on a one-node cluster from deploy/k8s"
-	# The Docker step has just built lifeboat:dev and the trainer image.
-	reuse=0
-	[ "${LIFEBOAT_TEST_DOCKER:-1}" != 0 ] && reuse=1
-	LIFEBOAT_K8S_REUSE_IMAGES=$reuse scripts/k8s-e2e.sh >&2
+	# prepare has built lifeboat:dev and the trainer image.
+	LIFEBOAT_K8S_REUSE_IMAGES=$docker scripts/k8s-e2e.sh >&2
 fi
 log "all tests passed"
