@@ -542,7 +542,9 @@ jobset_up() {
 		health: {healthProbeBindAddress: "127.0.0.1:$health"}
 	EOF
 	kc apply --server-side -f "$mod/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" >/dev/null
-	wait_until 30 "the JobSet CRD" kc get crd jobsets.jobset.x-k8s.io -o jsonpath='{.status.acceptedNames.kind}'
+	# Served, not only accepted: a controller started before its kind is
+	# in the API's discovery waits 10 s before it looks again.
+	wait_until 30 "the JobSet API" kc get jobsets -A
 	start jobset "$bin" --config "$W/jobset/config.yaml" --kubeconfig "$W/admin.kubeconfig" --zap-log-level=info
 	wait_until 60 "JobSet's controller ready" curl -fsS "http://127.0.0.1:$health/readyz" || die "JobSet's controller did not become ready"
 	kc patch --local -f "$mod/config/components/webhook/manifests.yaml" --type=merge -p '{}' -o json |
@@ -1349,19 +1351,29 @@ rawlog() {
 	done
 }
 
-# phases LABEL T0 OLD-LOG... -- NEW-LOG...: from the trainer containers'
-# raw logs of the pods preempted (OLD) and of their replacements (NEW),
-# the time from T0 (the urgent pod's creation) to every rank resumed, in
-# four consecutive phases:
+# phases LABEL T0 CREATED OLD-LOG... -- NEW-LOG...: from the trainer
+# containers' raw logs of the pods preempted (OLD) and of their
+# replacements (NEW), the time from T0 (the urgent pod's creation) to every
+# rank resumed, in consecutive phases:
 #   scheduler  to the first lifeboat's SIGTERM (supervisor.stopping):
 #              preemption and the kubelet
 #   lifeboat   to the last rank's lifeboat exit (supervisor.exit): the
 #              trainers' saves, the job-wide stop, the final uploads
 #   engine     to the last new pod's container running (its first log
-#              line): the Job or JobSet controller, the urgent pod's time
-#              on the GPU, the scheduler, the sandbox and the container
+#              line), in two parts:
+#     recreate   to the last new pod's creation (CREATED, the API's whole
+#                seconds): the Job or JobSet controller
+#     start      from there: the urgent pod's time on the GPU, the
+#                scheduler, the sandbox and the container
 #   restore    to the last rank's trainer printing the step it resumed:
 #              the store opened, the restore, the trainer's load
+# created NS POD...: the latest creationTimestamp of the PODs.
+created() {
+	local ns=$1 p
+	for p in "${@:2}"; do
+		pod "$ns" "$p" 'p["metadata"]["creationTimestamp"]'
+	done | sort | tail -n 1
+}
 PHASES_PY='
 import datetime, json, sys
 def ts(s):
@@ -1382,14 +1394,15 @@ def first(f, prefix=""):
         if text.startswith(prefix):
             return t
     raise SystemExit("bench: no line %r in %s" % (prefix, f))
-label, t0 = sys.argv[1], float(sys.argv[2])
+label, t0, created = sys.argv[1], float(sys.argv[2]), ts(sys.argv[3])
 sep = sys.argv.index("--")
-old, new = sys.argv[3:sep], sys.argv[sep + 1:]
+old, new = sys.argv[4:sep], sys.argv[sep + 1:]
 term = min(event(f, "supervisor.stopping") for f in old)
 exit_ = max(event(f, "supervisor.exit") for f in old)
 start = max(first(f) for f in new)
 resumed = max(first(f, "trainer: resumed from") for f in new)
 parts = [("scheduler", term - t0), ("lifeboat", exit_ - term), ("engine", start - exit_),
+         ("recreate", created - exit_), ("start", start - created),
          ("restore", resumed - start), ("total", resumed - t0)]
 print("%s: ranks=%d " % (label, len(old)) + " ".join("%s=%.3fs" % p for p in parts))
 '
@@ -1446,7 +1459,7 @@ bench() {
 	PY
 	rawlog "$ns" "$p1" trainer >"$W/$ns-p1.raw"
 	rawlog "$ns" "$p2" trainer >"$W/$ns-p2.raw"
-	python3 -c "$PHASES_PY" k8s-bench-job "$t0" "$W/$ns-p1.raw" -- "$W/$ns-p2.raw"
+	python3 -c "$PHASES_PY" k8s-bench-job "$t0" "$(created "$ns" "$p2")" "$W/$ns-p1.raw" -- "$W/$ns-p2.raw"
 }
 
 # bench_gang NS: not a test (bench/k8s.sh runs it): the same preemption of
@@ -1469,7 +1482,8 @@ bench_gang() {
 	for p in "$r0" "$r1" "$n0" "$n1"; do
 		rawlog "$ns" "$p" trainer >"$W/$ns-$p.raw"
 	done
-	python3 -c "$PHASES_PY" k8s-bench-gang "$t0" "$W/$ns-$r0.raw" "$W/$ns-$r1.raw" -- "$W/$ns-$n0.raw" "$W/$ns-$n1.raw"
+	python3 -c "$PHASES_PY" k8s-bench-gang "$t0" "$(created "$ns" "$n0" "$n1")" \
+		"$W/$ns-$r0.raw" "$W/$ns-$r1.raw" -- "$W/$ns-$n0.raw" "$W/$ns-$n1.raw"
 	kc delete jobset -n "$ns" train-gang --wait=false >/dev/null
 }
 
