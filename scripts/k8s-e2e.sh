@@ -68,8 +68,10 @@
 #       the trainers starting together as in f: one is preempted, the other
 #       stops through the store, both exit 143; JobSet recreates the whole
 #       gang once both old pods are gone (restart attempt 1, counted in
-#       status.restarts, not towards maxRestarts), both ranks resume one
-#       step, the newest complete one in the store; the JobSet completes
+#       status.restarts, not towards maxRestarts); one new pod waits for
+#       the GPU, which the urgent pod holds until `lifeboat ls` has shown
+#       the step the ranks agreed on at the stop (coord.flushed) complete;
+#       both ranks resume that step; the JobSet completes
 #   c   job.yaml: the replacement is preempted while it restores (the
 #       bridge is slowed so the restore takes a while); the Job still
 #       counts no failure and the pod after it resumes the committed step
@@ -827,12 +829,26 @@ job_field() { kc get job -n "$1" "$2" -o jsonpath="{$3}"; }
 job_condition() { [ "$(kc get job -n "$1" "$2" -o jsonpath="{.status.conditions[?(@.type==\"$3\")].status}")" = True ]; }
 failed_count() { local n; n=$(job_field "$1" "$2" .status.failed); echo "${n:-0}"; }
 
+# ls_json NS STORE-PATH: `lifeboat ls --json` of the scenario's store.
+ls_json() {
+	env -u AWS_SESSION_TOKEN -u AWS_CA_BUNDLE -u AWS_PROFILE -u AWS_SHARED_CREDENTIALS_FILE \
+		AWS_ACCESS_KEY_ID=$MINIO_USER AWS_SECRET_ACCESS_KEY=$MINIO_PASS AWS_ENDPOINT_URL=$ENDPOINT AWS_REGION=us-east-1 \
+		"$W/lifeboat" ls --store "s3://$BUCKET/$1/$2" --json
+}
+
+# complete NS STORE-PATH STEP: "complete" when `lifeboat ls` lists STEP as
+# complete (every rank's manifest), else what it lists for STEP.
+complete() {
+	ls_json "$1" "$2" | python3 -c '
+import json, sys
+r = [r for r in json.load(sys.stdin) if r["step"] == int(sys.argv[1])]
+print("complete" if any(x["complete"] for x in r) else ("incomplete" if r else "absent"))' "$3"
+}
+
 # newest NS STORE-PATH: "step id" of the complete checkpoint committed
 # last, from `lifeboat ls --json` (one id per rank: the first).
 newest() {
-	env -u AWS_SESSION_TOKEN -u AWS_CA_BUNDLE -u AWS_PROFILE -u AWS_SHARED_CREDENTIALS_FILE \
-		AWS_ACCESS_KEY_ID=$MINIO_USER AWS_SECRET_ACCESS_KEY=$MINIO_PASS AWS_ENDPOINT_URL=$ENDPOINT AWS_REGION=us-east-1 \
-		"$W/lifeboat" ls --store "s3://$BUCKET/$1/$2" --json | python3 -c '
+	ls_json "$1" "$2" | python3 -c '
 import json, sys
 c = [r for r in json.load(sys.stdin) if r["complete"]]
 c.sort(key=lambda r: r["created"])
@@ -1265,7 +1281,9 @@ gang() {
 	# RANK from the pod's completion index, as deploy/jobset sets it.
 	expect "[$ns] lifeboat's rank in each pod (checkpoint.committed rank)" \
 		"$(last_field "$ns" "$r0" trainer checkpoint.committed rank) $(last_field "$ns" "$r1" trainer checkpoint.committed rank)" "0 1"
-	urgent "$ns" urgent 15
+	# The urgent pod holds its GPU until the checks of the store below are
+	# done: until then the new gang cannot meet, so it commits nothing.
+	urgent "$ns" urgent 3600
 	wait_until 150 "both ranks to end" eval 'terminated "$ns" "$r0" trainer && terminated "$ns" "$r1" trainer' || die "[$ns] the ranks did not both end"
 	local victim other
 	if [ "$(condition "$ns" "$r0" DisruptionTarget reason)" = PreemptionByScheduler ]; then victim=$r0 other=$r1; else victim=$r1 other=$r0; fi
@@ -1274,12 +1292,25 @@ gang() {
 	log_has "$ns" "$other" trainer '"msg":"coord.stop_seen"' &&
 		pass "[$ns] the other rank saw the stop in the store (coord.stop_seen)" || fail "[$ns] no coord.stop_seen on $other"
 	expect "[$ns] the other rank's exit code" "$(exit_code "$ns" "$other" trainer)" 143
-	local stored
-	stored=$(newest "$ns" train-gang)
-	wait_until 150 "the gang's new pods to start" gang_started "$ns" 2 || die "[$ns] JobSet's new gang did not start"
-	local n0 n1
+	# The step both ranks agreed on at the stop (the new gang may commit
+	# newer ones before the checks below read the store).
+	local common
+	common=$(last_field "$ns" "$victim" trainer coord.flushed common)
+	expect "[$ns] both ranks flushed the same common step (coord.flushed common)" \
+		"$(last_field "$ns" "$other" trainer coord.flushed common)" "$common"
+	wait_until 150 "the gang's new pods" eval 'has_pod "$ns" 2 0 && has_pod "$ns" 2 1' || die "[$ns] JobSet did not recreate the gang"
+	local n0 n1 waiting
 	n0=$(nth_pod "$ns" 2 0)
 	n1=$(nth_pod "$ns" 2 1)
+	# JobSet alone does not place the gang together: one new pod waits for
+	# the GPU the urgent pod holds, the other may start and wait for it.
+	pending() { [ "$(phase "$ns" "$1")/$(condition "$ns" "$1" PodScheduled reason)" = Pending/Unschedulable ]; }
+	wait_until 60 "a new pod to wait for the GPU" eval 'pending "$n0" || pending "$n1"' || fail "[$ns] no new pod waits for the GPU"
+	if pending "$n0"; then waiting=$n0; else waiting=$n1; fi
+	pass "[$ns] $waiting waits while the urgent pod holds the GPU (Pending/Unschedulable)"
+	expect "[$ns] lifeboat ls lists the step agreed at the stop as complete" "$(complete "$ns" train-gang "$common")" complete
+	kc delete pod -n "$ns" urgent --wait=false >/dev/null
+	wait_until 150 "the gang's new pods to start" gang_started "$ns" 2 || die "[$ns] JobSet's new gang did not start"
 	recreated_after "$ns" "$r0" "$r1" -- "$n0" "$n1" &&
 		pass "[$ns] JobSet recreated the gang once both old pods were gone (BlockingRecreate)" ||
 		fail "[$ns] a new pod was created before the old gang was gone"
@@ -1295,7 +1326,7 @@ gang() {
 	[ "$s0" != " " ] || fail "[$ns] rank 0 restored nothing"
 	expect "[$ns] both ranks resumed one step (restored step, trainer step)" "$s1" "$s0"
 	expect "[$ns] the trainer resumed at the restored step" "${s0#* }" "${s0%% *}"
-	expect "[$ns] the ranks resumed the store's newest complete checkpoint (lifeboat ls)" "${s0%% *}" "${stored%% *}"
+	expect "[$ns] the ranks resumed the step agreed at the stop" "${s0%% *}" "$common"
 	wait_until 300 "the JobSet to complete" jobset_condition "$ns" Completed || die "[$ns] the JobSet did not complete"
 	pass "[$ns] the JobSet completed"
 	counted=$(jobset_field "$ns" .status.restartsCountTowardsMax)
