@@ -669,3 +669,20 @@ func TestEngineCRDs(t *testing.T) {
 		})
 	})
 }
+
+// TestJobSetBuildVersion: scripts/jobset-build.sh builds the JobSet
+// controller that scripts/k8s-e2e.sh runs deploy/jobset with; it is the
+// release whose CRD TestEngineCRDs checks the manifest against.
+func TestJobSetBuildVersion(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "scripts", "jobset-build.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^VERSION=\$\{LIFEBOAT_JOBSET_VERSION:-([^}]+)\}$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("scripts/jobset-build.sh has no line VERSION=${LIFEBOAT_JOBSET_VERSION:-...}")
+	}
+	if got := string(m[1]); got != jobsetVersion {
+		t.Errorf("scripts/jobset-build.sh builds JobSet %s; deploy/jobset is checked against %s: change both together", got, jobsetVersion)
+	}
+}

@@ -34,11 +34,14 @@
 #     the scenario's namespace in front (s3://ckpt/NS/...), the Secret gets
 #     the server's keys;
 #   - sizes: the trainer's --steps and --save-every (and --pad-mb in c),
-#     CPU and memory requests, one example.com/gpu per trainer;
+#     CPU and memory requests, one example.com/gpu per trainer (in place
+#     of the nvidia.com/gpu of deploy/jobset);
 # and, where a scenario needs it (each says so below): the grace (e), a
 # bad flag value (d), a trainer whose save never ends (e), an Indexed Job
 # of two pods with LIFEBOAT_WORLD_SIZE=2 whose trainers start together,
-# meeting in a directory of the node (f).
+# meeting in a directory of the node (f; g's JobSet the same way, with its
+# own WORLD_SIZE; its MASTER_ADDR is not used: the example trainer does
+# not call torch.distributed, and the cluster has no DNS).
 #
 # Scenarios, each checked through the API, the containers' logs (read from
 # the kubelet's log directory: the kubelet serves no logs on 127.0.0.1) and
@@ -59,6 +62,16 @@
 #   f   job.yaml as an Indexed Job of two pods (two GPUs): one is preempted,
 #       the other stops through the store (coord), both resume one step:
 #       the newest both committed
+#   g   deploy/jobset/jobset.yaml, run by JobSet's controller (v0.10.1,
+#       built by scripts/jobset-build.sh and run as a process of this
+#       machine with its webhooks, jobset_up below), two pods on two GPUs,
+#       the trainers starting together as in f: one is preempted, the other
+#       stops through the store, both exit 143; JobSet recreates the whole
+#       gang once both old pods are gone (restart attempt 1, counted in
+#       status.restarts, not towards maxRestarts); one new pod waits for
+#       the GPU, which the urgent pod holds until `lifeboat ls` has shown
+#       the step the ranks agreed on at the stop (coord.flushed) complete;
+#       both ranks resume that step; the JobSet completes
 #   c   job.yaml: the replacement is preempted while it restores (the
 #       bridge is slowed so the restore takes a while); the Job still
 #       counts no failure and the pod after it resumes the committed step
@@ -72,15 +85,17 @@
 # as they are (scripts/test.sh has just built them); otherwise
 # scripts/docker-build.sh builds lifeboat:dev and the trainer image is
 # rebuilt from it. LIFEBOAT_K8S_KEEP=1 leaves the temporary directory.
-# The last line is `k8s-e2e: N passed, N failed`. The scenarios `bench`
-# and `bench-bare` (bench/k8s.sh) are not tests: they time one preemption,
-# with lifeboat step by step, and with a bare shell trainer as a baseline.
+# The last line is `k8s-e2e: N passed, N failed`. The scenarios `bench`,
+# `bench-bare` and `bench-gang` (bench/k8s.sh) are not tests: they time one
+# preemption, with lifeboat step by step, with a bare shell trainer as a
+# baseline, and of g's JobSet gang. JobSet's controller is built and
+# started only when g or bench-gang is among the scenarios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 SCENARIOS=("$@")
-((${#SCENARIOS[@]})) || SCENARIOS=(a d e b1 b2 f c)
+((${#SCENARIOS[@]})) || SCENARIOS=(a d e b1 b2 f g c)
 
 TRAINER_IMAGE=lifeboat-k8s-trainer:dev
 PAUSE_IMAGE=lifeboat.invalid/pause:1
@@ -195,7 +210,7 @@ cleanup() {
 			ctr_ -n k8s.io tasks rm -f "$id" >/dev/null 2>&1
 		done
 	fi
-	for name in controller-manager scheduler apiserver etcd containerd minio; do
+	for name in jobset controller-manager scheduler apiserver etcd containerd minio; do
 		[ -n "${PIDS[$name]:-}" ] && stop_pid "${PIDS[$name]}"
 	done
 	if [ -n "$W" ]; then
@@ -495,6 +510,74 @@ kubelet_up() {
 	wait_until 90 "node $NODE Ready" node_ready
 }
 
+# jobset_up: JobSet's controller (scripts/jobset-build.sh builds it from
+# the sigs.k8s.io/jobset module) as a process of this machine, with the
+# module's own CRD, and its webhooks served as in a JobSet installation:
+# the JobSet defaulting and validating webhooks and the pod webhooks,
+# registered from the module's manifests (the pod webhooks with the
+# objectSelector of its kustomize patches, for JobSet's pods only). The
+# only change: each webhook is called at the controller's address on
+# 127.0.0.1 (clientConfig.url, there is no Service network) with a serving
+# certificate of this cluster's CA, instead of the Service and the
+# certificates the controller would rotate itself
+# (internalCertManagement off).
+jobset_up() {
+	local bin mod port health
+	bin=$(scripts/jobset-build.sh install)
+	mod=$(scripts/jobset-build.sh dir)
+	port=$(free_port)
+	health=$(free_port)
+	mkdir -p "$W/jobset/certs"
+	(
+		cd "$W/jobset/certs"
+		openssl req -newkey rsa:2048 -nodes -keyout tls.key -out tls.csr -subj /CN=jobset-webhook 2>/dev/null
+		printf 'subjectAltName=IP:127.0.0.1\n' >san.ext
+		openssl x509 -req -in tls.csr -CA "$W/pki/ca.crt" -CAkey "$W/pki/ca.key" -CAcreateserial -out tls.crt -days 2 -extfile san.ext 2>/dev/null
+	)
+	cat >"$W/jobset/config.yaml" <<-EOF
+		apiVersion: config.jobset.x-k8s.io/v1alpha1
+		kind: Configuration
+		leaderElection: {leaderElect: false}
+		internalCertManagement: {enable: false}
+		webhook: {host: 127.0.0.1, port: $port, certDir: $W/jobset/certs}
+		metrics: {bindAddress: "0"}
+		health: {healthProbeBindAddress: "127.0.0.1:$health"}
+	EOF
+	kc apply --server-side -f "$mod/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" >/dev/null
+	# Served, not only accepted: a controller started before its kind is
+	# in the API's discovery waits 10 s before it looks again.
+	wait_until 30 "the JobSet API" kc get jobsets -A
+	start jobset "$bin" --config "$W/jobset/config.yaml" --kubeconfig "$W/admin.kubeconfig" --zap-log-level=info
+	wait_until 60 "JobSet's controller ready" curl -fsS "http://127.0.0.1:$health/readyz" || die "JobSet's controller did not become ready"
+	kc patch --local -f "$mod/config/components/webhook/manifests.yaml" --type=merge -p '{}' -o json |
+		python3 -c "$JOBSET_WEBHOOKS_PY" "$port" "$(base64 -w0 "$W/pki/ca.crt")" | kc apply -f - >/dev/null
+}
+
+# JOBSET_WEBHOOKS_PY PORT CA-BASE64 < the module's webhook configurations
+# (JSON, one after the other) > a List of them, called at
+# https://127.0.0.1:PORT.
+JOBSET_WEBHOOKS_PY='
+import json, sys
+port, ca = sys.argv[1:3]
+text, dec, i, items = sys.stdin.read(), json.JSONDecoder(), 0, []
+while True:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    if i >= len(text):
+        break
+    d, i = dec.raw_decode(text, i)
+    items.append(d)
+assert len(items) == 2, items
+for d in items:
+    d["metadata"]["name"] = "jobset-" + d["metadata"]["name"]
+    for w in d["webhooks"]:
+        path = w["clientConfig"]["service"]["path"]
+        w["clientConfig"] = {"url": "https://127.0.0.1:%s%s" % (port, path), "caBundle": ca}
+        if w["name"] in ("mpod.kb.io", "vpod.kb.io"):
+            w["objectSelector"] = {"matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]}
+json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout)
+'
+
 node_ready() {
 	[ "$(kc get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
 }
@@ -534,13 +617,7 @@ def set_arg(args, flag, value):
     else:
         args += [flag, value]
 
-for d in docs:
-    if d["kind"] == "Secret":
-        d["stringData"] = {"AWS_ACCESS_KEY_ID": opts["key"], "AWS_SECRET_ACCESS_KEY": opts["secret"]}
-        continue
-    if d["kind"] != "Job":
-        continue
-    spec = d["spec"]
+def overlay_job(spec):
     pod = spec["template"]["spec"]
     if "grace" in opts:
         pod["terminationGracePeriodSeconds"] = opts["grace"]
@@ -572,6 +649,7 @@ for d in docs:
         r = c.setdefault("resources", {})
         r.setdefault("requests", {})["cpu"] = "100m"
         r.setdefault("limits", {})["example.com/gpu"] = "1"
+        r["limits"].pop("nvidia.com/gpu", None)
         set_arg(args, "--steps", str(opts["steps"]))
         set_arg(args, "--save-every", str(opts["save_every"]))
         if "pad_mb" in opts:
@@ -590,13 +668,31 @@ for d in docs:
             # and exits 143 on SIGTERM; nothing is saved or restored.
             c["command"] = ["/bin/sh", "-c", "trap \"exit 143\" TERM; echo \"trainer: no checkpoint (bare shell)\"; while :; do sleep 0.2; done"]
             c["args"] = []
+
+for d in docs:
+    if d["kind"] == "Secret":
+        d["stringData"] = {"AWS_ACCESS_KEY_ID": opts["key"], "AWS_SECRET_ACCESS_KEY": opts["secret"]}
+        continue
+    if d["kind"] == "Job":
+        specs = [d["spec"]]
+    elif d["kind"] == "JobSet":
+        specs = [r["template"]["spec"] for r in d["spec"]["replicatedJobs"]]
+    else:
+        continue
+    for spec in specs:
+        overlay_job(spec)
 json.dump(doc, sys.stdout)
 '
 
-# apply_job NS FILE OPTIONS-JSON: applies deploy/k8s/FILE through the
-# overlay in namespace NS.
+# apply_job NS FILE OPTIONS-JSON: applies deploy/k8s/FILE (deploy/FILE when
+# FILE names a directory: jobset/jobset.yaml) through the overlay in
+# namespace NS; the result is kept in $W/NS-BASENAME.json.
 apply_job() {
-	local ns=$1 file=$2 opts=$3
+	local ns=$1 file=$2 opts=$3 src=deploy/k8s/$2
+	if [[ $file == */* ]]; then
+		src=deploy/$file
+		file=${file##*/}
+	fi
 	opts=$(python3 -c 'import json, sys
 o = {"trainer_image": sys.argv[1], "endpoint": sys.argv[2], "key": sys.argv[3], "secret": sys.argv[4],
      "steps": 3000, "save_every": 200, "memory": "512Mi"}
@@ -607,7 +703,7 @@ print(json.dumps(o))' "$TRAINER_IMAGE" "$ENDPOINT" "$MINIO_USER" "$MINIO_PASS" "
 	kc apply -n "$ns" -f deploy/k8s/rbac.yaml >/dev/null
 	kc patch --local -f deploy/k8s/secret.example.yaml --type=merge -p '{}' -o json |
 		python3 -c "$OVERLAY_PY" "$ns" "$opts" | kc apply -n "$ns" -f - >/dev/null
-	kc patch --local -f "deploy/k8s/$file" --type=merge -p '{}' -o json |
+	kc patch --local -f "$src" --type=merge -p '{}' -o json |
 		python3 -c "$OVERLAY_PY" "$ns" "$opts" >"$W/$ns-$file.json"
 	kc apply -n "$ns" -f "$W/$ns-$file.json" >/dev/null
 }
@@ -733,12 +829,26 @@ job_field() { kc get job -n "$1" "$2" -o jsonpath="{$3}"; }
 job_condition() { [ "$(kc get job -n "$1" "$2" -o jsonpath="{.status.conditions[?(@.type==\"$3\")].status}")" = True ]; }
 failed_count() { local n; n=$(job_field "$1" "$2" .status.failed); echo "${n:-0}"; }
 
+# ls_json NS STORE-PATH: `lifeboat ls --json` of the scenario's store.
+ls_json() {
+	env -u AWS_SESSION_TOKEN -u AWS_CA_BUNDLE -u AWS_PROFILE -u AWS_SHARED_CREDENTIALS_FILE \
+		AWS_ACCESS_KEY_ID=$MINIO_USER AWS_SECRET_ACCESS_KEY=$MINIO_PASS AWS_ENDPOINT_URL=$ENDPOINT AWS_REGION=us-east-1 \
+		"$W/lifeboat" ls --store "s3://$BUCKET/$1/$2" --json
+}
+
+# complete NS STORE-PATH STEP: "complete" when `lifeboat ls` lists STEP as
+# complete (every rank's manifest), else what it lists for STEP.
+complete() {
+	ls_json "$1" "$2" | python3 -c '
+import json, sys
+r = [r for r in json.load(sys.stdin) if r["step"] == int(sys.argv[1])]
+print("complete" if any(x["complete"] for x in r) else ("incomplete" if r else "absent"))' "$3"
+}
+
 # newest NS STORE-PATH: "step id" of the complete checkpoint committed
 # last, from `lifeboat ls --json` (one id per rank: the first).
 newest() {
-	env -u AWS_SESSION_TOKEN -u AWS_CA_BUNDLE -u AWS_PROFILE -u AWS_SHARED_CREDENTIALS_FILE \
-		AWS_ACCESS_KEY_ID=$MINIO_USER AWS_SECRET_ACCESS_KEY=$MINIO_PASS AWS_ENDPOINT_URL=$ENDPOINT AWS_REGION=us-east-1 \
-		"$W/lifeboat" ls --store "s3://$BUCKET/$1/$2" --json | python3 -c '
+	ls_json "$1" "$2" | python3 -c '
 import json, sys
 c = [r for r in json.load(sys.stdin) if r["complete"]]
 c.sort(key=lambda r: r["created"])
@@ -1039,7 +1149,8 @@ slow_save() {
 # waits for a pod of the same count of every index.
 RENDEZVOUS='
 import os, sys, time, train
-d, index, size = "/rendezvous", os.environ["JOB_COMPLETION_INDEX"], int(os.environ["LIFEBOAT_WORLD_SIZE"])
+d, index = "/rendezvous", os.environ["JOB_COMPLETION_INDEX"]
+size = int(os.environ.get("LIFEBOAT_WORLD_SIZE") or os.environ["WORLD_SIZE"])
 def arrivals(i):
     return [f for f in os.listdir(d) if f.startswith("rank-%s-" % i)]
 # The pod name, not the host name: an Indexed Job gives every pod of an
@@ -1107,6 +1218,121 @@ ranks() {
 	expect "[$ns] Job failures counted" "$(failed_count "$ns" train-example)" 0
 }
 
+# gang_opts: deploy/jobset's JobSet as scenario f runs its Indexed Job: the
+# trainers meet in a directory of the node before they train.
+gang_opts() {
+	python3 -c 'import json,sys; print(json.dumps({"steps": int(sys.argv[3]), "rendezvous": sys.argv[2], "trainer_args": ["python", "-c", sys.argv[1]]}))' \
+		"$RENDEZVOUS" "$W/rendezvous-$1" "$2"
+}
+# all_committed NS POD...: each POD's lifeboat committed a checkpoint.
+all_committed() {
+	local ns=$1 p
+	for p in "${@:2}"; do
+		log_has "$ns" "$p" trainer '"msg":"checkpoint.committed"' || return 1
+	done
+}
+jobset_field() { kc get jobset -n "$1" train-gang -o jsonpath="{$2}"; }
+jobset_condition() { [ "$(jobset_field "$1" ".status.conditions[?(@.type==\"$2\")].status")" = True ]; }
+
+# gang_started NS N: both ranks of the JobSet's Nth gang have pods whose
+# trainers started.
+gang_started() {
+	has_pod "$1" "$2" 0 && has_pod "$1" "$2" 1 &&
+		trainer_started "$1" "$(nth_pod "$1" "$2" 0)" && trainer_started "$1" "$(nth_pod "$1" "$2" 1)"
+}
+
+# recreated_after NS OLD... -- NEW...: in the pod watch, every OLD pod's
+# deletion comes before every NEW pod's creation.
+recreated_after() {
+	python3 - "$W/$1.watch" "${@:2}" <<-'PY'
+		import json, sys
+		text, dec, i, n, seen = open(sys.argv[1]).read(), json.JSONDecoder(), 0, 0, {}
+		sep = sys.argv.index("--")
+		old, new = sys.argv[2:sep], sys.argv[sep + 1:]
+		while True:
+		    while i < len(text) and text[i].isspace():
+		        i += 1
+		    if i >= len(text):
+		        break
+		    ev, i = dec.raw_decode(text, i)
+		    n += 1
+		    seen.setdefault((ev["type"], ev["object"]["metadata"]["name"]), n)
+		deleted = [seen.get(("DELETED", p)) for p in old]
+		added = [seen.get(("ADDED", p)) for p in new]
+		if None in deleted or None in added or max(deleted) > min(added):
+		    print("deleted %s, added %s (watch event numbers)" % (deleted, added))
+		    sys.exit(1)
+	PY
+}
+
+# gang: g. deploy/jobset's JobSet, run by JobSet's controller: one rank is
+# preempted, every rank exits 143, JobSet recreates the gang without
+# counting a failure, both ranks resume one step.
+gang() {
+	local ns=sc-g
+	gpus 2
+	apply_job "$ns" jobset/jobset.yaml "$(gang_opts "$ns" 4000)"
+	wait_until 60 "two pods" eval 'has_pod "$ns" 1 0 && has_pod "$ns" 1 1' || die "[$ns] JobSet made no gang"
+	local r0 r1
+	r0=$(nth_pod "$ns" 1 0)
+	r1=$(nth_pod "$ns" 1 1)
+	wait_until 120 "both ranks to commit" all_committed "$ns" "$r0" "$r1" || die "[$ns] the ranks committed nothing"
+	pass "[$ns] JobSet's gang trains: $r0 and $r1 committed"
+	# RANK from the pod's completion index, as deploy/jobset sets it.
+	expect "[$ns] lifeboat's rank in each pod (checkpoint.committed rank)" \
+		"$(last_field "$ns" "$r0" trainer checkpoint.committed rank) $(last_field "$ns" "$r1" trainer checkpoint.committed rank)" "0 1"
+	# The urgent pod holds its GPU until the checks of the store below are
+	# done: until then the new gang cannot meet, so it commits nothing.
+	urgent "$ns" urgent 3600
+	wait_until 150 "both ranks to end" eval 'terminated "$ns" "$r0" trainer && terminated "$ns" "$r1" trainer' || die "[$ns] the ranks did not both end"
+	local victim other
+	if [ "$(condition "$ns" "$r0" DisruptionTarget reason)" = PreemptionByScheduler ]; then victim=$r0 other=$r1; else victim=$r1 other=$r0; fi
+	expect "[$ns] one rank preempted" "$(condition "$ns" "$victim" DisruptionTarget reason)" PreemptionByScheduler
+	expect "[$ns] the preempted rank's exit code" "$(exit_code "$ns" "$victim" trainer)" 143
+	log_has "$ns" "$other" trainer '"msg":"coord.stop_seen"' &&
+		pass "[$ns] the other rank saw the stop in the store (coord.stop_seen)" || fail "[$ns] no coord.stop_seen on $other"
+	expect "[$ns] the other rank's exit code" "$(exit_code "$ns" "$other" trainer)" 143
+	# The step both ranks agreed on at the stop (the new gang may commit
+	# newer ones before the checks below read the store).
+	local common
+	common=$(last_field "$ns" "$victim" trainer coord.flushed common)
+	expect "[$ns] both ranks flushed the same common step (coord.flushed common)" \
+		"$(last_field "$ns" "$other" trainer coord.flushed common)" "$common"
+	wait_until 150 "the gang's new pods" eval 'has_pod "$ns" 2 0 && has_pod "$ns" 2 1' || die "[$ns] JobSet did not recreate the gang"
+	local n0 n1 waiting
+	n0=$(nth_pod "$ns" 2 0)
+	n1=$(nth_pod "$ns" 2 1)
+	# JobSet alone does not place the gang together: one new pod waits for
+	# the GPU the urgent pod holds, the other may start and wait for it.
+	pending() { [ "$(phase "$ns" "$1")/$(condition "$ns" "$1" PodScheduled reason)" = Pending/Unschedulable ]; }
+	wait_until 60 "a new pod to wait for the GPU" eval 'pending "$n0" || pending "$n1"' || fail "[$ns] no new pod waits for the GPU"
+	if pending "$n0"; then waiting=$n0; else waiting=$n1; fi
+	pass "[$ns] $waiting waits while the urgent pod holds the GPU (Pending/Unschedulable)"
+	expect "[$ns] lifeboat ls lists the step agreed at the stop as complete" "$(complete "$ns" train-gang "$common")" complete
+	kc delete pod -n "$ns" urgent --wait=false >/dev/null
+	wait_until 150 "the gang's new pods to start" gang_started "$ns" 2 || die "[$ns] JobSet's new gang did not start"
+	recreated_after "$ns" "$r0" "$r1" -- "$n0" "$n1" &&
+		pass "[$ns] JobSet recreated the gang once both old pods were gone (BlockingRecreate)" ||
+		fail "[$ns] a new pod was created before the old gang was gone"
+	expect "[$ns] the new pods' restart attempt" \
+		"$(pod "$ns" "$n0" 'p["metadata"]["labels"].get("jobset.sigs.k8s.io/restart-attempt")') $(pod "$ns" "$n1" 'p["metadata"]["labels"].get("jobset.sigs.k8s.io/restart-attempt")')" "1 1"
+	expect "[$ns] JobSet restarts (status.restarts)" "$(jobset_field "$ns" .status.restarts)" 1
+	local counted
+	counted=$(jobset_field "$ns" .status.restartsCountTowardsMax)
+	expect "[$ns] restarts counted against maxRestarts (status.restartsCountTowardsMax)" "${counted:-0}" 0
+	local s0 s1
+	s0="$(last_field "$ns" "$n0" trainer resume.restored step) $(resumed_step "$ns" "$n0")"
+	s1="$(last_field "$ns" "$n1" trainer resume.restored step) $(resumed_step "$ns" "$n1")"
+	[ "$s0" != " " ] || fail "[$ns] rank 0 restored nothing"
+	expect "[$ns] both ranks resumed one step (restored step, trainer step)" "$s1" "$s0"
+	expect "[$ns] the trainer resumed at the restored step" "${s0#* }" "${s0%% *}"
+	expect "[$ns] the ranks resumed the step agreed at the stop" "${s0%% *}" "$common"
+	wait_until 300 "the JobSet to complete" jobset_condition "$ns" Completed || die "[$ns] the JobSet did not complete"
+	pass "[$ns] the JobSet completed"
+	counted=$(jobset_field "$ns" .status.restartsCountTowardsMax)
+	expect "[$ns] JobSet restarts at the end (restarts/counted)" "$(jobset_field "$ns" .status.restarts)/${counted:-0}" 1/0
+}
+
 # restoring: c. The replacement is preempted while it restores.
 restoring() {
 	local ns=sc-c
@@ -1145,6 +1371,72 @@ restoring() {
 		"$(last_field "$ns" "$p3" trainer resume.restored step) $(last_field "$ns" "$p3" trainer resume.restored manifest_id)" "$stored"
 	kc delete job -n "$ns" train-example --wait=false >/dev/null
 }
+
+# rawlog NS POD CONTAINER: the container's log lines as the kubelet wrote
+# them (each with the time the runtime read it).
+rawlog() {
+	keep_logs
+	local f
+	for f in $(ls "$W/keep/${1}_${2}_"*/"$3"/ 2>/dev/null | sort -n); do
+		cat "$W/keep/${1}_${2}_"*/"$3/$f"
+	done
+}
+
+# phases LABEL T0 CREATED OLD-LOG... -- NEW-LOG...: from the trainer
+# containers' raw logs of the pods preempted (OLD) and of their
+# replacements (NEW), the time from T0 (the urgent pod's creation) to every
+# rank resumed, in consecutive phases:
+#   scheduler  to the first lifeboat's SIGTERM (supervisor.stopping):
+#              preemption and the kubelet
+#   lifeboat   to the last rank's lifeboat exit (supervisor.exit): the
+#              trainers' saves, the job-wide stop, the final uploads
+#   engine     to the last new pod's container running (its first log
+#              line), in two parts:
+#     recreate   to the last new pod's creation (CREATED, the API's whole
+#                seconds): the Job or JobSet controller
+#     start      from there: the urgent pod's time on the GPU, the
+#                scheduler, the sandbox and the container
+#   restore    to the last rank's trainer printing the step it resumed:
+#              the store opened, the restore, the trainer's load
+# created NS POD...: the latest creationTimestamp of the PODs.
+created() {
+	local ns=$1 p
+	for p in "${@:2}"; do
+		pod "$ns" "$p" 'p["metadata"]["creationTimestamp"]'
+	done | sort | tail -n 1
+}
+PHASES_PY='
+import datetime, json, sys
+def ts(s):
+    d, _, frac = s.rstrip("Z").partition(".")
+    t = datetime.datetime.strptime(d, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.timezone.utc).timestamp()
+    return t + float("0." + (frac or "0"))
+def lines(f):
+    for line in open(f):
+        t, _, rest = line.partition(" ")
+        yield ts(t), rest.split(" ", 2)[-1]
+def event(f, msg):
+    for _, text in lines(f):
+        if "\"msg\":\"%s\"" % msg in text:
+            return ts(json.loads(text)["time"])
+    raise SystemExit("bench: no %s in %s" % (msg, f))
+def first(f, prefix=""):
+    for t, text in lines(f):
+        if text.startswith(prefix):
+            return t
+    raise SystemExit("bench: no line %r in %s" % (prefix, f))
+label, t0, created = sys.argv[1], float(sys.argv[2]), ts(sys.argv[3])
+sep = sys.argv.index("--")
+old, new = sys.argv[4:sep], sys.argv[sep + 1:]
+term = min(event(f, "supervisor.stopping") for f in old)
+exit_ = max(event(f, "supervisor.exit") for f in old)
+start = max(first(f) for f in new)
+resumed = max(first(f, "trainer: resumed from") for f in new)
+parts = [("scheduler", term - t0), ("lifeboat", exit_ - term), ("engine", start - exit_),
+         ("recreate", created - exit_), ("start", start - created),
+         ("restore", resumed - start), ("total", resumed - t0)]
+print("%s: ranks=%d " % (label, len(old)) + " ".join("%s=%.3fs" % p for p in parts))
+'
 
 # bench NS: not a test (bench/k8s.sh runs it): one preemption of job.yaml,
 # timed from the urgent pod's creation to the replacement's trainer running
@@ -1196,6 +1488,34 @@ bench() {
 		         ("load", resumed - restored), ("total", resumed - t0)]
 		print("k8s-bench: " + " ".join("%s=%.3fs" % p for p in parts))
 	PY
+	rawlog "$ns" "$p1" trainer >"$W/$ns-p1.raw"
+	rawlog "$ns" "$p2" trainer >"$W/$ns-p2.raw"
+	python3 -c "$PHASES_PY" k8s-bench-job "$t0" "$(created "$ns" "$p2")" "$W/$ns-p1.raw" -- "$W/$ns-p2.raw"
+}
+
+# bench_gang NS: not a test (bench/k8s.sh runs it): the same preemption of
+# deploy/jobset's gang of two (scenario g's setup, the urgent pod on the
+# GPU for 1 s), timed by phases like bench's k8s-bench-job line.
+bench_gang() {
+	local ns=$1 t0 r0 r1 n0 n1
+	gpus 2
+	apply_job "$ns" jobset/jobset.yaml "$(gang_opts "$ns" 4000)"
+	wait_until 60 "two pods" eval 'has_pod "$ns" 1 0 && has_pod "$ns" 1 1' || die "[$ns] JobSet made no gang"
+	r0=$(nth_pod "$ns" 1 0)
+	r1=$(nth_pod "$ns" 1 1)
+	wait_until 120 "both ranks to commit" all_committed "$ns" "$r0" "$r1" || die "[$ns] the ranks committed nothing"
+	t0=$(date +%s.%N)
+	urgent "$ns" urgent 1
+	wait_until 180 "the gang's new pods to start" gang_started "$ns" 2 || die "[$ns] JobSet's new gang did not start"
+	n0=$(nth_pod "$ns" 2 0)
+	n1=$(nth_pod "$ns" 2 1)
+	local p
+	for p in "$r0" "$r1" "$n0" "$n1"; do
+		rawlog "$ns" "$p" trainer >"$W/$ns-$p.raw"
+	done
+	python3 -c "$PHASES_PY" k8s-bench-gang "$t0" "$(created "$ns" "$n0" "$n1")" \
+		"$W/$ns-$r0.raw" "$W/$ns-$r1.raw" -- "$W/$ns-$n0.raw" "$W/$ns-$n1.raw"
+	kc delete jobset -n "$ns" train-gang --wait=false >/dev/null
 }
 
 # bench_bare NS: not a test (bench/k8s.sh runs it): the baseline of bench,
@@ -1240,6 +1560,12 @@ kubelet_up
 keep_logs_loop &
 PIDS[keep-logs]=$!
 kc apply -f deploy/k8s/priorityclasses.yaml >/dev/null
+case " ${SCENARIOS[*]} " in *" g "* | *" bench-gang "*)
+	t1=$SECONDS
+	jobset_up
+	log "JobSet's controller up in $((SECONDS - t1))s"
+	;;
+esac
 log "cluster up in $((SECONDS - t0))s"
 pass "one-node cluster up (node $NODE Ready) in $((SECONDS - t0))s"
 
@@ -1276,10 +1602,19 @@ for sc in "${SCENARIOS[@]}"; do
 		new_ns sc-f "an Indexed Job of two ranks, one preempted"
 		ranks
 		;;
+	g)
+		new_ns sc-g "jobset.yaml: a JobSet of two ranks, one preempted, the gang recreated"
+		gang
+		;;
 	bench)
 		bench_runs=$((${bench_runs:-0} + 1))
 		new_ns "sc-bench-$bench_runs" "bench: preemption to resumed trainer, timed"
 		bench "sc-bench-$bench_runs"
+		;;
+	bench-gang)
+		gang_runs=$((${gang_runs:-0} + 1))
+		new_ns "sc-gang-$gang_runs" "bench: the same preemption of a JobSet gang of two, timed"
+		bench_gang "sc-gang-$gang_runs"
 		;;
 	bench-bare)
 		bare_runs=$((${bare_runs:-0} + 1))
