@@ -84,6 +84,7 @@ type Claim struct {
 	once    sync.Once
 	done    chan struct{} // closed when Loop returns
 	twinC   chan Twin
+	ticks   int // Loop's
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced at each change of the state
@@ -150,7 +151,7 @@ func (c *Claim) Loop(ctx context.Context) {
 	defer close(c.done)
 	tick := time.NewTicker(c.cfg.Interval)
 	defer tick.Stop()
-	for n := 0; ; n++ {
+	for {
 		select {
 		case <-ctx.Done():
 			return
@@ -169,13 +170,19 @@ func (c *Claim) Loop(ctx context.Context) {
 			c.cfg.Log.Info("coord.claim_released", "rank", c.cfg.Rank, "run", c.run)
 			return
 		case <-tick.C:
-			if n%2 == 0 {
-				c.renew(ctx)
-			} else {
-				c.look(ctx)
-			}
+			c.tick(ctx)
 		}
 	}
+}
+
+// tick is one Interval's request: a renewal and a listing in turn.
+func (c *Claim) tick(ctx context.Context) {
+	if c.ticks%2 == 0 {
+		c.renew(ctx)
+	} else {
+		c.look(ctx)
+	}
+	c.ticks++
 }
 
 // Release says this lifeboat is stopping (a stop signal, a notice, a
