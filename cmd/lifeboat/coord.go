@@ -32,7 +32,7 @@ type coordOptions struct {
 func (o *coordOptions) register(fs *flag.FlagSet) {
 	o.interval = coord.DefaultInterval
 	fs.Var((*coordInterval)(&o.interval), "coord-interval",
-		"with a store and --world-size above 1: how often the store is asked whether another rank began a stop, which this rank then follows as a preemption; with a store at any world size: how often this pod's claim of its rank is renewed or the rank's claims listed, in turn (another live pod of the rank: exit 78) (0: both off)")
+		"with a store and --world-size above 1: how often the store is asked whether another rank began a stop, which this rank then follows as a preemption; with a store at any world size: how often the same HEAD tells this pod's claim of its rank whether another pod of the rank asked (another live pod of the rank: exit 78) (0: both off)")
 }
 
 // coordInterval is --coord-interval: a duration, 0 or more.
