@@ -22,6 +22,7 @@
 #   STEPS=N         steps every rank commits (default 4)
 #   LATEST_RANKS=N  ranks of the one large "latest" measurement (default 1000, 0: none)
 #   IDLE_ONLY=1     measure only 2. (the idle watching), at RANKS
+#   WATCH_WINDOW=D  how long the ranks watch in 2. (default 5s, at a 500ms interval)
 #   BENCH_DIR=DIR   scratch space (default: a new temp dir, removed after)
 #   LIFEBOAT_CACHE  where tool binaries are cached (see scripts/minio.sh)
 set -euo pipefail
@@ -52,4 +53,4 @@ start_minio "$work/minio"
 log "machine: $(nproc) cores, $(uname -r)"
 idle=()
 [[ ${IDLE_ONLY:-} != 1 ]] || idle=(-idle-only)
-"$work/ranksbench" -work "$work/runs" -ranks "$RANKS" -steps "$STEPS" -keep 3 -latest-ranks "$LATEST_RANKS" "${idle[@]}"
+"$work/ranksbench" -work "$work/runs" -ranks "$RANKS" -steps "$STEPS" -keep 3 -latest-ranks "$LATEST_RANKS" -watch-window "${WATCH_WINDOW:-5s}" "${idle[@]}"

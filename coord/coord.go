@@ -56,6 +56,11 @@ type Config struct {
 	FilePoll time.Duration
 	Log      *slog.Logger
 	Now      func() time.Time // default time.Now
+	// Claim is this rank's claim, if any (NewClaim): while this
+	// Coordinator watches, each of its looks at the flag is passed on to
+	// it, so that one HEAD per Interval serves both, and the Claim makes
+	// none of its own.
+	Claim *Claim
 }
 
 // Validate reports what is wrong with c.
@@ -154,6 +159,9 @@ func New(cfg Config) (*Coordinator, error) {
 			return nil, fmt.Errorf("coord: remove an earlier run's stop files: %w", err)
 		}
 	}
+	if cfg.Claim != nil {
+		cfg.Claim.share(true)
+	}
 	return &Coordinator{cfg: cfg, begin: make(chan local, 1), check: make(chan chan struct{}), peer: make(chan Stop, 1), stored: make(chan struct{}), warned: warnings{}, future: map[string]bool{}}, nil
 }
 
@@ -234,6 +242,7 @@ func (c *Coordinator) setJoined(s Stop) {
 func (c *Coordinator) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer c.unshare()
 	if c.cfg.Rank == 0 {
 		wg.Go(func() { c.cleanup(ctx) })
 	}
@@ -268,6 +277,14 @@ func (c *Coordinator) Run(ctx context.Context) {
 			poll.Stop()
 			polling = nil
 		}
+	}
+}
+
+// unshare hands the looks at the flag back to the Claim: this
+// Coordinator no longer watches.
+func (c *Coordinator) unshare() {
+	if c.cfg.Claim != nil {
+		c.cfg.Claim.share(false)
 	}
 }
 
@@ -345,6 +362,7 @@ func (c *Coordinator) watch(ctx context.Context, force bool) {
 	s := c.readStop(ctx, valid[0])
 	now := c.cfg.Now()
 	c.phase, c.since, c.job = stopping, now, s
+	c.unshare()
 	c.setJoined(s)
 	c.cfg.Log.Warn("coord.stop_seen", "stop_id", s.ID, "from_rank", s.Rank, "host", s.Host, "reason", s.Reason,
 		"age", now.Sub(s.Written).Round(time.Millisecond).String(),
@@ -383,6 +401,7 @@ func (c *Coordinator) beginLocal(ctx context.Context, l local) {
 		return
 	}
 	c.phase, c.since = stopping, l.at
+	c.unshare()
 	c.own = Stop{ID: StopID(l.at, c.cfg.Rank), Rank: c.cfg.Rank, Host: c.cfg.Host, Reason: l.reason, Written: l.at, Deadline: l.deadline}
 	c.job = c.own
 	c.setJoined(c.own)
@@ -543,8 +562,8 @@ func (c *Coordinator) failed(op string, err error) bool {
 // cleanup deletes the records and steps of earlier runs: those written
 // more than keepEarlier before this lifeboat started, and those stamped
 // later than now by more than the clock skew (by a node whose clock was
-// ahead); and the claims last renewed more than keepEarlier before it
-// started.
+// ahead); and the claims of ranks beyond the world size last written
+// more than keepEarlier before it started.
 func (c *Coordinator) cleanup(ctx context.Context) {
 	cut := c.cfg.Started.Add(-keepEarlier)
 	future := c.cfg.Now().Add(c.cfg.ClockSkew)
@@ -565,13 +584,16 @@ func (c *Coordinator) cleanup(ctx context.Context) {
 			return
 		}
 	}
-	// Claims (claim.go) not renewed for keepEarlier before this start,
-	// by the store's times: pods of an earlier run that never released
-	// theirs, of any rank (one the world size no longer has too). A
-	// live pod renews its claim every second interval.
+	// Claims (claim.go) of ranks the world size no longer has, not
+	// written for keepEarlier before this start, by the store's times:
+	// pods of an earlier, larger run that never released theirs. A
+	// claim of a rank this job has is never deleted here: a live pod
+	// writes its claim only when asked, so an old one may be a live
+	// pod's; a stopped pod's is deleted by the next pod of its rank,
+	// once it did not answer that pod's flag.
 	lctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	err := c.cfg.Store.List(lctx, ClaimPrefix, func(oi storage.ObjectInfo) error {
-		if !oi.ModTime.IsZero() && oi.ModTime.Before(cut) {
+		if r, ok := claimRank(oi.Key); ok && r >= c.cfg.WorldSize && !oi.ModTime.IsZero() && oi.ModTime.Before(cut) {
 			keys = append(keys, oi.Key)
 		}
 		return nil

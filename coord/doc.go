@@ -9,7 +9,7 @@
 // the store's prefix:
 //
 //	coord/stop/<time>-rank-<R>.json           one stop record, create-only
-//	coord/stop-flag.json                      the stop flag: the newest stop's record, overwritten
+//	coord/stop-flag.json                      the flag: the newest stop's record or claim's notice, overwritten
 //	coord/steps/<stop id>/rank-<R>.step-<N>   rank R's trainer is at step N
 //	coord/steps/<stop id>/agreed.json         the step every rank saves, create-only
 //	coord/steps/<stop id>/flushed-rank-<R>.step-<N>  rank R's newest committed step after its final upload (.none: none)
@@ -98,22 +98,30 @@
 // Each lifeboat with a store also claims its rank (Claim), at every world
 // size, so that two live pods given one rank never mix their checkpoints:
 //
-//	coord/claim/rank-<R>/<run>.json   this lifeboat's claim, renewed every second Interval
+//	coord/claim/rank-<R>/<run>.json   this lifeboat's claim, written when asked
 //
 // The run is the start time and a random suffix. A Claim writes its
 // claim and lists its rank's claims at Start, before anything is
-// committed, then renews and lists in turn, one request per Interval.
-// Another claim that changed since it was first listed is a live twin:
+// committed. A claim proves that its pod lives on demand, not by
+// renewals: when a Claim lists another claim of its rank it has not seen
+// before, it writes its own claim again naming that one (ClaimRecord.Seen),
+// then a ClaimNotice to the flag (FlagKey, the stop flag's one object).
+// Every rank HEADs the flag once per Interval (the Coordinator's HEAD,
+// passed on to the Claim, or the Claim's own in a job of one rank), and a
+// Claim lists its rank's claims only when the flag changed (and every 30
+// minutes, and every Interval while another claim is undecided), so a
+// settled claim costs nothing beyond that HEAD. Another claim is a live
+// twin once it names this lifeboat or has changed since first listed:
 // ErrRankClaimed, coord.rank_claimed, Conflict delivers it once, and the
-// claim is renewed at once with the conflict in it, so that a twin that
-// has listed it before sees it change and stops too (the pod that was
-// already training may instead find it stale once this one has exited,
-// having committed nothing, and go on alone). One older than this lifeboat's own claim by
-// more than StaleAfter (both times the store's, from one listing) is a
-// stopped pod's: ignored and deleted. Fence, called before each manifest,
-// waits while a claim is neither; Release (a stop begins, or the exit)
-// deletes the claim and opens the fence for the final upload, which a
-// replacement pod may overlap. docs/FORMAT.md has the layout.
+// claim is written at once with the conflict in it, and the flag, so
+// that the twin stops too. One that has not answered within StaleAfter of
+// this lifeboat's flag being stored, by this lifeboat's own clock, is a
+// stopped pod's: ignored and deleted. A Claim that finds its own claim
+// gone (taken for a stopped pod's while it could not answer) writes it
+// again, with the flag (coord.claim_rewritten). Fence, called before each
+// manifest, waits while a claim is neither; Release (a stop begins, or
+// the exit) deletes the claim and opens the fence for the final upload,
+// which a replacement pod may overlap. docs/FORMAT.md has the layout.
 //
 // No failure of the store disturbs training: a failed request is logged
 // once (WARN) and retried at the next Interval.

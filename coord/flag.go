@@ -15,7 +15,11 @@ import (
 // its stop record's bytes once the record is stored (Flag). A watching
 // rank asks the store only for the flag's metadata each Interval (a HEAD)
 // and lists coord/stop/ when the flag changed: the records decide, as
-// always; the flag only says when to look at them.
+// always; the flag only says when to look at them. A Claim writes a
+// ClaimNotice to the same object after writing its claim for the rank's
+// other claims to answer: one HEAD per Interval serves both, and any
+// change makes the ranks list the stop records and their own rank's
+// claims.
 const FlagKey = "coord/stop-flag.json"
 
 // relistAfter is how long a watching rank goes without listing
@@ -26,7 +30,8 @@ const relistAfter = 5 * time.Minute
 
 // flagState is what a Stat of the flag found: nothing, or the object's
 // size, time and SHA-256 as the backend reports them. Each stop writes
-// other bytes (the record names its stop), so every write changes the
+// other bytes (the record names its stop; a claim's notice its claim and
+// write count), so every write changes the
 // SHA-256 where the backend keeps one (the S3 backend's Puts always do,
 // the directory store where the filesystem has user xattrs) and the time
 // elsewhere.
@@ -81,6 +86,9 @@ func (c *Coordinator) look(ctx context.Context, force bool) (list bool, f flagSt
 		return false, f, false // Run is ending
 	}
 	known = !c.failed("stat stop flag", err)
+	if c.cfg.Claim != nil {
+		c.cfg.Claim.flagSeen(f, known)
+	}
 	c.unlisted++
 	due := time.Duration(c.unlisted)*c.cfg.Interval >= relistAfter
 	return force || !known || !c.listed || due || !f.equal(c.flag), f, known

@@ -318,15 +318,17 @@ func measureIdle(ctx context.Context, o options, res *result, stores []*counting
 	}
 	var wg sync.WaitGroup
 	for r := range n {
-		c, err := coord.New(coord.Config{Store: watch[r].retried(), Rank: r, WorldSize: n, Interval: o.watchInterval, Started: started})
-		if err != nil {
-			return err
-		}
-		wg.Go(func() { c.Run(wctx) })
+		// As lifeboat wires them: the Coordinator passes its looks at
+		// the flag on to the claim.
 		cl, err := coord.NewClaim(coord.ClaimConfig{Store: stores[r].retried(), Rank: r, WorldSize: n, Interval: o.watchInterval, Started: started})
 		if err != nil {
 			return err
 		}
+		c, err := coord.New(coord.Config{Store: watch[r].retried(), Rank: r, WorldSize: n, Interval: o.watchInterval, Started: started, Claim: cl})
+		if err != nil {
+			return err
+		}
+		wg.Go(func() { c.Run(wctx) })
 		wg.Go(func() { cl.Start(wctx); cl.Loop(wctx) })
 	}
 	wg.Wait()

@@ -228,8 +228,9 @@ func TestTwoSidecarsOneRank(t *testing.T) {
 
 // TestKilledPodsClaimGoesStale: pod A of rank 1 is SIGKILLed (no stop, no
 // release: its claim stays); its replacement B starts at once. B's first
-// commit waits until A's claim is stale (5 intervals, at least 2 s, by the
-// store's times), then goes on: B logs coord.claim_stale naming A's run,
+// commit waits until A's claim is stale (it did not answer B's flag for 5
+// intervals, at least 2 s, by B's clock), then goes on: B logs
+// coord.claim_stale naming A's run,
 // commits, and exits 0; neither is taken for a twin.
 func TestKilledPodsClaimGoesStale(t *testing.T) {
 	for _, sk := range storeKinds() {

@@ -32,7 +32,7 @@ type coordOptions struct {
 func (o *coordOptions) register(fs *flag.FlagSet) {
 	o.interval = coord.DefaultInterval
 	fs.Var((*coordInterval)(&o.interval), "coord-interval",
-		"with a store and --world-size above 1: how often the store is asked whether another rank began a stop, which this rank then follows as a preemption; with a store at any world size: how often this pod's claim of its rank is renewed or the rank's claims listed, in turn (another live pod of the rank: exit 78) (0: both off)")
+		"with a store and --world-size above 1: how often the store is asked whether another rank began a stop, which this rank then follows as a preemption; with a store at any world size: how often the same HEAD tells this pod's claim of its rank whether another pod of the rank asked (another live pod of the rank: exit 78) (0: both off)")
 }
 
 // coordInterval is --coord-interval: a duration, 0 or more.
@@ -60,14 +60,16 @@ type jobStop struct {
 // not: another rank's record arrives as a notice with no deadline of its
 // own, so this rank's grace applies, and the trainer learns of the stop
 // file through LIFEBOAT_STOP_FILE. A stop that begins here is written by
-// begin.
-func (o *coordOptions) start(ctx context.Context, cfg *supervisor.Config, p *pipeline) (*jobStop, error) {
+// begin. Its looks at the stop flag are passed on to cl, this rank's
+// claim (nil: none), which then asks the store for nothing more while
+// all is settled.
+func (o *coordOptions) start(ctx context.Context, cfg *supervisor.Config, p *pipeline, cl *coord.Claim) (*jobStop, error) {
 	if p == nil || p.ranks.worldSize < 2 || o.interval == 0 {
 		return nil, nil
 	}
 	host, _ := os.Hostname()
 	c, err := coord.New(coord.Config{Store: p.store, Rank: p.ranks.rank, WorldSize: p.ranks.worldSize, Host: host,
-		Interval: o.interval, Started: processStarted, Dir: p.dir, StepWait: cfg.Grace / 4, Log: cfg.Log})
+		Interval: o.interval, Started: processStarted, Dir: p.dir, StepWait: cfg.Grace / 4, Log: cfg.Log, Claim: cl})
 	if err != nil {
 		return nil, err
 	}
@@ -112,14 +114,15 @@ func (o *coordOptions) stoppedDuringStartup(st storage.Store, ro rankOptions, si
 // sidecar writes a stop record on its own stop (begin), and follows
 // another rank's: the trainer, in another container, learns of it from the
 // stop file in --dir (lifeboat.stop_requested(), LIFEBOAT_STOP_FILE) and
-// saves; the sidecar uploads until its own stop, as before.
-func (o *coordOptions) startSidecar(ctx context.Context, p *pipeline, log *slog.Logger) (*jobStop, error) {
+// saves; the sidecar uploads until its own stop, as before. Its looks at
+// the stop flag are passed on to cl, as start's are.
+func (o *coordOptions) startSidecar(ctx context.Context, p *pipeline, cl *coord.Claim, log *slog.Logger) (*jobStop, error) {
 	if p.ranks.worldSize < 2 || o.interval == 0 {
 		return nil, nil
 	}
 	host, _ := os.Hostname()
 	c, err := coord.New(coord.Config{Store: p.store, Rank: p.ranks.rank, WorldSize: p.ranks.worldSize, Host: host,
-		Interval: o.interval, Started: processStarted, Dir: p.dir, Log: log})
+		Interval: o.interval, Started: processStarted, Dir: p.dir, Log: log, Claim: cl})
 	if err != nil {
 		return nil, err
 	}

@@ -273,13 +273,14 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 		return usageError{err}
 	}
 	recordSupervision(&cfg, m)
-	js, err := o.coord.start(bg, &cfg, p)
+	// The claim of this rank, before the agent commits anything: another
+	// live pod of the rank stops this one (exit codeRankClaimed). The
+	// job-wide stop's watching passes its looks at the flag on to it.
+	cl, err := o.coord.claim(bg, p, cfg.Log)
 	if err != nil {
 		return err
 	}
-	// The claim of this rank, before the agent commits anything: another
-	// live pod of the rank stops this one (exit codeRankClaimed).
-	cl, err := o.coord.claim(bg, p, cfg.Log)
+	js, err := o.coord.start(bg, &cfg, p, cl)
 	if err != nil {
 		return err
 	}

@@ -88,11 +88,11 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 	o.kube.start(ctx, log, false, nil)
 	defer o.kube.close()
 	o.kube.watch(p)
-	js, err := o.coord.startSidecar(agentCtx, p, log)
+	cl, err := o.coord.claim(agentCtx, p, log)
 	if err != nil {
 		return err
 	}
-	cl, err := o.coord.claim(agentCtx, p, log)
+	js, err := o.coord.startSidecar(agentCtx, p, cl, log)
 	if err != nil {
 		return err
 	}
