@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -467,21 +465,18 @@ func fromString(f *checkpoint.StepRef) string {
 }
 
 // otherWorldSizes lists the world sizes other than worldSize that the
-// store holds complete steps for ("2 (newest step 5031), 4 (...)"), or "".
+// store holds complete steps for, each with the step a restore of that
+// size takes first ("2 (newest step 5031), 4 (...)"), or "".
 func otherWorldSizes(ctx context.Context, s storage.Store, worldSize int) string {
 	snaps, err := checkpoint.List(ctx, s)
 	if err != nil {
 		return ""
 	}
-	newest := map[int]int64{}
-	for _, sn := range snaps {
-		if sn.Complete && sn.WorldSize != worldSize {
-			newest[sn.WorldSize] = max(newest[sn.WorldSize], sn.Step)
-		}
-	}
 	var parts []string
-	for _, n := range slices.Sorted(maps.Keys(newest)) {
-		parts = append(parts, fmt.Sprintf("%d (newest step %d)", n, newest[n]))
+	for _, n := range checkpoint.NewestByWorldSize(snaps) {
+		if n.WorldSize != worldSize {
+			parts = append(parts, fmt.Sprintf("%d (newest step %d)", n.WorldSize, n.Step))
+		}
 	}
 	return strings.Join(parts, ", ")
 }
