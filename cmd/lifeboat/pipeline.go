@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path"
@@ -306,7 +307,7 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 		Exclude: exclude, MarkerOnly: co.markerOnly}
 	w, err := watch.New(wcfg)
 	if err != nil {
-		return nil, err
+		return nil, dirError(err)
 	}
 	if co.sidecar && !w.WritersVisible() {
 		log.Warn("sidecar.writers_invisible", "dir", dir,
@@ -314,7 +315,7 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 			"hint", "set shareProcessNamespace: true in the pod spec, or write a marker after each save")
 		wcfg.WritersInvisible = true
 		if w, err = watch.New(wcfg); err != nil {
-			return nil, err
+			return nil, dirError(err)
 		}
 	}
 	snaps, err := checkpoint.List(ctx, s)
@@ -414,6 +415,23 @@ func checkpointDir(dir string, log *slog.Logger) (string, error) {
 		log.Info("watch.dir_resolved", "dir", abs, "resolved", real)
 	}
 	return real, nil
+}
+
+// dirError names --dir (LIFEBOAT_DIR) in watch.New's *watch.FieldError;
+// other errors are returned as they are.
+func dirError(err error) error {
+	var fe *watch.FieldError
+	switch {
+	case !errors.As(err, &fe):
+		return err
+	case fe.Value == "":
+		return errors.New("no directory to watch: set --dir (LIFEBOAT_DIR)")
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("--dir (LIFEBOAT_DIR) %s does not exist; create it or point --dir at the directory the trainer saves checkpoints into", fe.Value)
+	case errors.Is(err, watch.ErrNotDir):
+		return fmt.Errorf("--dir (LIFEBOAT_DIR) %s is not a directory; point --dir at the directory the trainer saves checkpoints into", fe.Value)
+	}
+	return fmt.Errorf("--dir (LIFEBOAT_DIR) %s: %w", fe.Value, fe.Err)
 }
 
 // storeOutside refuses a file:// store inside the checkpoint directory:
