@@ -55,7 +55,7 @@ func (o *observeOptions) startMetrics(ctx context.Context, log *slog.Logger) (*m
 	m := metrics.New(version)
 	addr, err := metrics.Serve(ctx, o.metricsAddr, m, log)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--metrics-addr (LIFEBOAT_METRICS_ADDR): %w; set it to a free host:port", err)
 	}
 	log.Info("metrics.serving", "addr", addr.String())
 	return m, nil
