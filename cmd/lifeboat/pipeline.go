@@ -277,7 +277,7 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	if err != nil {
 		return nil, err
 	}
-	if err := storeOutside(so.url, dir); err != nil {
+	if err := storeOutside(so, dir); err != nil {
 		return nil, err
 	}
 	p := &pipeline{dir: dir, ranks: ro, workers: co.workers, check: co.verify.check, allRanks: all, log: log}
@@ -436,14 +436,14 @@ func dirError(err error) error {
 
 // storeOutside refuses a file:// store inside the checkpoint directory:
 // lifeboat would upload its own store as a checkpoint at every scan.
-func storeOutside(url, dir string) error {
-	loc, err := storage.ParseURL(url)
+func storeOutside(so *storeOptions, dir string) error {
+	loc, err := so.location()
 	if err != nil || loc.Scheme != "file" {
 		return nil // open reports a bad URL
 	}
 	p := resolveExisting(loc.Path)
 	if p == dir || strings.HasPrefix(p, dir+string(filepath.Separator)) {
-		return usageError{fmt.Errorf("--store (LIFEBOAT_STORE) %s is inside --dir (LIFEBOAT_DIR) %s: lifeboat would upload its own store as a checkpoint; put the store outside the directory the trainer saves into", url, dir)}
+		return usageError{fmt.Errorf("--store (LIFEBOAT_STORE) %s is inside --dir (LIFEBOAT_DIR) %s: lifeboat would upload its own store as a checkpoint; put the store outside the directory the trainer saves into", so.url, dir)}
 	}
 	return nil
 }
