@@ -145,9 +145,9 @@ func New(cfg Config) (*Agent, error) {
 	case cfg.Watcher == nil || cfg.Uploader == nil:
 		return nil, errors.New("agent: a watcher and an uploader are required")
 	case cfg.WorldSize < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.WorldSize:
-		return nil, fmt.Errorf("agent: rank %d of world size %d: the rank must be 0..world size-1 (--rank/LIFEBOAT_RANK, --world-size/LIFEBOAT_WORLD_SIZE)", cfg.Rank, cfg.WorldSize)
+		return nil, fmt.Errorf("agent: rank %d of world size %d: Rank must be 0..WorldSize-1", cfg.Rank, cfg.WorldSize)
 	case cfg.Keep < 0:
-		return nil, fmt.Errorf("agent: --keep (LIFEBOAT_KEEP) is %d; it must be 0 (keep all) or more", cfg.Keep)
+		return nil, fmt.Errorf("agent: Keep is %d; it must be 0 (keep all) or more", cfg.Keep)
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = 2 * time.Second

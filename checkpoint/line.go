@@ -183,18 +183,48 @@ var futureLogged sync.Map
 
 // Newest returns the newest complete snapshot of worldSize (0: any) among
 // snaps, as List returned them, by the rule Latest and RestoreLatest
-// follow; nil when none is complete.
+// follow; nil when none is complete. It is the one definition of the
+// newest step over a listing: doctor's latest complete step, the step a
+// start with --restore never leaves beside it, the store's newest that a
+// local checkpoint must be newer than (resume.NewerLocal) and the newest
+// of each other world size (NewestByWorldSize) are all its answer.
 func Newest(snaps []Snapshot, worldSize int) *Snapshot {
-	keys := make([]orderKey, len(snaps))
-	for i, sn := range snaps {
-		keys[i] = orderKey{line: sn.Line, step: sn.Step, worldSize: sn.WorldSize, at: sn.Committed, complete: sn.Complete}
-	}
-	for _, i := range newestOrder(keys) {
-		if sn := &snaps[i]; sn.Complete && (worldSize == 0 || sn.WorldSize == worldSize) {
+	for _, sn := range newestComplete(snaps) {
+		if worldSize == 0 || sn.WorldSize == worldSize {
 			return sn
 		}
 	}
 	return nil
+}
+
+// NewestByWorldSize returns Newest(snaps, n) for each world size n that
+// has a complete step among snaps, in ascending order of n: what a
+// restore of each world size would take first.
+func NewestByWorldSize(snaps []Snapshot) []*Snapshot {
+	var out []*Snapshot
+	for _, sn := range newestComplete(snaps) {
+		if !slices.ContainsFunc(out, func(o *Snapshot) bool { return o.WorldSize == sn.WorldSize }) {
+			out = append(out, sn)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Snapshot) int { return cmp.Compare(a.WorldSize, b.WorldSize) })
+	return out
+}
+
+// newestComplete returns the complete snapshots of snaps, newest first by
+// the rule (newestOrder).
+func newestComplete(snaps []Snapshot) []*Snapshot {
+	keys := make([]orderKey, len(snaps))
+	for i, sn := range snaps {
+		keys[i] = orderKey{line: sn.Line, step: sn.Step, worldSize: sn.WorldSize, at: sn.Committed, complete: sn.Complete}
+	}
+	var out []*Snapshot
+	for _, i := range newestOrder(keys) {
+		if snaps[i].Complete {
+			out = append(out, &snaps[i])
+		}
+	}
+	return out
 }
 
 // StepRef names a step of one world size in one line of work.

@@ -350,8 +350,8 @@ func TestServeBadAddress(t *testing.T) {
 	defer taken.Close()
 	for _, addr := range []string{"nonsense", "127.0.0.1:99999", taken.Addr().String()} {
 		_, err := Serve(context.Background(), addr, New("v1"), nil)
-		if err == nil || !strings.Contains(err.Error(), "--metrics-addr (LIFEBOAT_METRICS_ADDR)") || !strings.Contains(err.Error(), addr) {
-			t.Errorf("Serve(%q) error = %v, want one naming the address and --metrics-addr (LIFEBOAT_METRICS_ADDR)", addr, err)
+		if err == nil || !strings.Contains(err.Error(), addr) {
+			t.Errorf("Serve(%q) error = %v, want one naming the address", addr, err)
 		}
 	}
 	if _, err := Serve(context.Background(), "127.0.0.1:0", nil, nil); err == nil {

@@ -19,8 +19,8 @@ const shutdownWait = 5 * time.Second
 // Serve listens on addr (host:port; port 0 picks a free one) and serves
 // m.Handler there until ctx ends, then shuts the server down gracefully. It
 // returns once listening, with the bound address; the error, when it cannot
-// listen, names --metrics-addr (LIFEBOAT_METRICS_ADDR). Later serving
-// errors are logged to log (nil: discarded).
+// listen, names the address (the caller names where it came from). Later
+// serving errors are logged to log (nil: discarded).
 func Serve(ctx context.Context, addr string, m *Metrics, log *slog.Logger) (net.Addr, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -29,12 +29,12 @@ func Serve(ctx context.Context, addr string, m *Metrics, log *slog.Logger) (net.
 		return nil, errors.New("metrics: Serve needs a *Metrics from metrics.New")
 	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return nil, fmt.Errorf("metrics: --metrics-addr (LIFEBOAT_METRICS_ADDR) is %q, which is not host:port (%v); use for example :9090 or 127.0.0.1:9090", addr, err)
+		return nil, fmt.Errorf("metrics: address %q is not host:port (%v); use for example :9090 or 127.0.0.1:9090", addr, err)
 	}
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("metrics: cannot listen on %q: %w; set --metrics-addr (LIFEBOAT_METRICS_ADDR) to a free host:port", addr, err)
+		return nil, fmt.Errorf("metrics: cannot listen on %q: %w", addr, err)
 	}
 	srv := &http.Server{
 		Handler:           m.Handler(),

@@ -1,6 +1,7 @@
 package notice
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -51,7 +52,7 @@ const GCPNotice = 30 * time.Second
 // but Sources is usable; Validate reports what is wrong.
 type Config struct {
 	// Sources are "aws", "gcp" or "url:http://..." (see the package doc);
-	// ParseSources reads them from the --notices flag value.
+	// ParseSources reads them from a comma-separated list.
 	Sources []string
 	// AWSEndpoint is the EC2 instance metadata service. Default
 	// http://169.254.169.254; ReadEnv sets it from EnvAWSEndpoint or
@@ -80,9 +81,25 @@ type Config struct {
 	Log *slog.Logger
 }
 
-// ParseSources splits the comma-separated value of --notices
-// (LIFEBOAT_NOTICES) into sources, dropping blanks; "" gives none. Each
-// source is checked as Validate checks it.
+// FieldSources is the field of a FieldError about Config.Sources.
+const FieldSources = "sources"
+
+// FieldError says which of Config was wrong, and why: Value is the source
+// (its URL's password hidden), and Err reads after "names Value". The
+// caller names the field as its user gave it (a flag, a variable).
+type FieldError struct {
+	Field string // FieldSources
+	Value string
+	Err   error
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("notice: %s names %q: %v", e.Field, e.Value, e.Err)
+}
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// ParseSources splits a comma-separated list of sources, dropping blanks;
+// "" gives none. Each source is checked as Validate checks it.
 func ParseSources(s string) ([]string, error) {
 	var out []string
 	for _, f := range strings.Split(s, ",") {
@@ -127,8 +144,8 @@ func (c *Config) ReadEnv(getenv func(string) string) error {
 	return nil
 }
 
-// Validate reports the first thing wrong with c, as a sentence naming the
-// flag and its environment variable.
+// Validate reports the first thing wrong with c: a *FieldError for
+// Sources, a sentence naming the SDK's variable for an endpoint.
 func (c Config) Validate() error {
 	seen := map[string]bool{}
 	for _, s := range c.Sources {
@@ -136,12 +153,13 @@ func (c Config) Validate() error {
 			return err
 		}
 		if seen[s] {
-			return fmt.Errorf("notice: --notices (LIFEBOAT_NOTICES) names %q twice; name each source once", redactSource(s))
+			return &FieldError{Field: FieldSources, Value: redactSource(s), Err: errors.New("it is given twice; name each source once")}
 		}
 		seen[s] = true
 	}
 	if seen[SourceAWS] && c.AWSDisabled {
-		return fmt.Errorf("notice: --notices (LIFEBOAT_NOTICES) names aws, but %s=true forbids contacting the EC2 instance metadata service; drop aws from --notices or unset %s", EnvAWSDisabled, EnvAWSDisabled)
+		return &FieldError{Field: FieldSources, Value: SourceAWS,
+			Err: fmt.Errorf("%s=true forbids contacting the EC2 instance metadata service; drop aws or unset %s", EnvAWSDisabled, EnvAWSDisabled)}
 	}
 	if c.AWSEndpoint != "" {
 		if err := checkURL(c.AWSEndpoint); err != nil {
@@ -191,11 +209,11 @@ func checkSource(s string) error {
 		return nil
 	case strings.HasPrefix(s, SourceURL+":"):
 		if err := checkURL(strings.TrimPrefix(s, SourceURL+":")); err != nil {
-			return fmt.Errorf("notice: --notices (LIFEBOAT_NOTICES) source %q: %v; write url:http://host:port/path", redactSource(s), err)
+			return &FieldError{Field: FieldSources, Value: redactSource(s), Err: fmt.Errorf("%v; write url:http://host:port/path", err)}
 		}
 		return nil
 	default:
-		return fmt.Errorf("notice: --notices (LIFEBOAT_NOTICES) names %q, which is not a source; use aws, gcp or url:http://host:port/path, comma-separated", redactSource(s))
+		return &FieldError{Field: FieldSources, Value: redactSource(s), Err: errors.New("it is not a source; use aws, gcp or url:http://host:port/path, comma-separated")}
 	}
 }
 

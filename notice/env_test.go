@@ -1,6 +1,7 @@
 package notice
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -63,8 +64,9 @@ func TestAWSDisabledRefusesAWSNotices(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := c.Validate()
-	if err == nil || !strings.Contains(err.Error(), EnvAWSDisabled) || !strings.Contains(err.Error(), "--notices (LIFEBOAT_NOTICES)") {
-		t.Errorf("Validate = %v, want an error naming %s and --notices (LIFEBOAT_NOTICES)", err, EnvAWSDisabled)
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != FieldSources || fe.Value != SourceAWS || !strings.Contains(err.Error(), EnvAWSDisabled) {
+		t.Errorf("Validate = %v, want a FieldError of %s naming aws and %s", err, FieldSources, EnvAWSDisabled)
 	}
 	c.Sources = []string{SourceGCP}
 	if err := c.Validate(); err != nil {

@@ -2,6 +2,7 @@ package notice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -649,7 +650,7 @@ func TestParseSources(t *testing.T) {
 		{"", nil, ""},
 		{" aws , gcp ,", []string{"aws", "gcp"}, ""},
 		{"url:http://127.0.0.1:9/n,aws", []string{"url:http://127.0.0.1:9/n", "aws"}, ""},
-		{"azure", nil, `names "azure", which is not a source`},
+		{"azure", nil, `names "azure": it is not a source`},
 		{"url:ftp://x", nil, "scheme must be http"},
 		{"url:http://", nil, "no host"},
 		{"url:http://user:hunter2@host/n,bogus", nil, ""}, // checked below: the error hides the password
@@ -662,8 +663,9 @@ func TestParseSources(t *testing.T) {
 			continue
 		}
 		if tc.errText != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.errText) || !strings.Contains(err.Error(), "--notices (LIFEBOAT_NOTICES)") {
-				t.Errorf("ParseSources(%q) error = %v, want one naming --notices (LIFEBOAT_NOTICES) and %q", tc.in, err, tc.errText)
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != FieldSources || !strings.Contains(err.Error(), tc.errText) {
+				t.Errorf("ParseSources(%q) error = %v, want a FieldError of %s saying %q", tc.in, err, FieldSources, tc.errText)
 			}
 			continue
 		}
@@ -681,7 +683,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{"zero", Config{}, ""},
 		{"all", Config{Sources: []string{"aws", "gcp", "url:https://h/p"}}, ""},
-		{"unknown", Config{Sources: []string{"aws", "oci"}}, "--notices (LIFEBOAT_NOTICES)"},
+		{"unknown", Config{Sources: []string{"aws", "oci"}}, `sources names "oci": it is not a source`},
 		{"twice", Config{Sources: []string{"gcp", "gcp"}}, "twice"},
 		{"endpoint", Config{AWSEndpoint: "169.254.169.254"}, "AWS metadata endpoint"},
 		{"negative", Config{Interval: -time.Second}, "must not be negative"},

@@ -280,40 +280,78 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports the first thing wrong with c, as a sentence naming the
-// flag and its environment variable.
+// Fields of a FieldError: which of Config was wrong.
+const (
+	FieldGrace           = "grace"
+	FieldPreemptExitCode = "preempt_exit_code"
+	FieldStopSignals     = "stop_signals"
+	FieldStopDelivery    = "stop_delivery"
+	FieldMaxRuntime      = "max_runtime"
+	FieldMaxRestarts     = "max_restarts"
+	FieldRestartBackoff  = "restart_backoff"
+)
+
+// ErrGroupChildOnly: StopDelivery is signals.Group, which ChildOnly
+// forbids (a FieldError of FieldStopDelivery wraps it).
+var ErrGroupChildOnly = errors.New("sends stop signals to the trainer's process group, which child-only signalling forbids")
+
+// ErrNoRestarts: Restart.OnFailure with Restart.Max 0 (a FieldError of
+// FieldMaxRestarts wraps it).
+var ErrNoRestarts = errors.New("restarting on failure needs at least 1")
+
+// FieldError says which of Config was wrong, and why. The caller names
+// the field as its user gave it (a flag, a variable).
+type FieldError struct {
+	Field string // one of the Field constants
+	Value string
+	Err   error
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("supervisor: %s %s: %v", e.Field, e.Value, e.Err)
+}
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Validate reports the first thing wrong with c: a *FieldError, or an
+// error for a Config without Argv.
 func (c *Config) Validate() error {
+	field := func(f string, v any, why string) error {
+		return &FieldError{Field: f, Value: fmt.Sprint(v), Err: errors.New(why)}
+	}
 	if len(c.Argv) == 0 {
-		return errors.New("no command given: put it after --, as in `lifeboat run -- python train.py`")
+		return errors.New("supervisor: no command to run (Argv is empty)")
 	}
 	if c.Grace < 0 {
-		return fmt.Errorf("--grace (LIFEBOAT_GRACE) is %s; it must be positive, for example 30s", c.Grace)
+		return field(FieldGrace, c.Grace, "it must be positive, for example 30s")
 	}
 	if c.PreemptExitCode != PreemptChild && (c.PreemptExitCode < 0 || c.PreemptExitCode > 255) {
-		return fmt.Errorf("--preempt-exit-code (LIFEBOAT_PREEMPT_EXIT_CODE) is %d; it must be 0..255 or \"child\"", c.PreemptExitCode)
+		return field(FieldPreemptExitCode, c.PreemptExitCode, "it must be 0..255 or PreemptChild")
 	}
 	for _, s := range c.StopSignals {
 		if !signals.Forwardable(s) {
-			return fmt.Errorf("--stop-signals (LIFEBOAT_STOP_SIGNALS) names %s, which lifeboat cannot receive or forward", signals.Name(s))
+			return field(FieldStopSignals, signals.Name(s), "lifeboat cannot receive or forward it")
 		}
 	}
 	switch c.StopDelivery {
 	case signals.MainFirst, signals.MainOnly:
 	case signals.Group:
 		if c.ChildOnly {
-			return errors.New("--stop-delivery group (LIFEBOAT_STOP_DELIVERY) sends stop signals to the trainer's process group, which --signal-child-only (LIFEBOAT_SIGNAL_CHILD_ONLY) forbids; use --stop-delivery main-only or main-first")
+			return &FieldError{Field: FieldStopDelivery, Value: c.StopDelivery.String(), Err: ErrGroupChildOnly}
 		}
 	default:
-		return fmt.Errorf("--stop-delivery (LIFEBOAT_STOP_DELIVERY) is %s; use main-first, group or main-only", c.StopDelivery)
+		return field(FieldStopDelivery, c.StopDelivery, "use main-first, group or main-only")
 	}
 	if c.MaxRuntime < 0 {
-		return fmt.Errorf("--max-runtime (LIFEBOAT_MAX_RUNTIME) is %s; it must be positive, for example 72h", c.MaxRuntime)
+		return field(FieldMaxRuntime, c.MaxRuntime, "it must be positive, for example 72h")
 	}
-	if c.Restart.Max < 0 || c.Restart.Backoff < 0 {
-		return errors.New("--max-restarts (LIFEBOAT_MAX_RESTARTS) and --restart-backoff (LIFEBOAT_RESTART_BACKOFF) must not be negative")
+	if c.Restart.Max < 0 {
+		return field(FieldMaxRestarts, c.Restart.Max, "it must not be negative")
+	}
+	if c.Restart.Backoff < 0 {
+		return field(FieldRestartBackoff, c.Restart.Backoff, "it must not be negative")
 	}
 	if c.Restart.OnFailure && c.Restart.Max == 0 {
-		return errors.New("--restart on-failure needs --max-restarts (LIFEBOAT_MAX_RESTARTS) of at least 1")
+		return &FieldError{Field: FieldMaxRestarts, Value: "0", Err: ErrNoRestarts}
 	}
 	return nil
 }

@@ -131,22 +131,39 @@ func TestDescendants(t *testing.T) {
 	}
 }
 
+// TestValidate: each thing wrong with a Config is a *FieldError naming
+// Config's field (the caller names it as its user gave it), and a Config
+// without a command an error.
 func TestValidate(t *testing.T) {
+	if err := (&Config{}).Validate(); err == nil || !strings.Contains(err.Error(), "no command") {
+		t.Errorf("Validate of a Config without Argv = %v, want it to say there is no command", err)
+	}
 	for _, tc := range []struct {
-		cfg  Config
-		want string
+		cfg   Config
+		field string
+		value string
 	}{
-		{Config{}, "no command given"},
-		{Config{Argv: []string{"x"}, Grace: -time.Second}, "--grace (LIFEBOAT_GRACE)"},
-		{Config{Argv: []string{"x"}, PreemptExitCode: 300}, "--preempt-exit-code (LIFEBOAT_PREEMPT_EXIT_CODE)"},
-		{Config{Argv: []string{"x"}, StopSignals: []unix.Signal{unix.SIGCHLD}}, "--stop-signals (LIFEBOAT_STOP_SIGNALS)"},
-		{Config{Argv: []string{"x"}, StopSignals: []unix.Signal{unix.SIGPIPE}}, "--stop-signals (LIFEBOAT_STOP_SIGNALS)"},
-		{Config{Argv: []string{"x"}, ChildOnly: true, StopDelivery: signals.Group}, "--signal-child-only (LIFEBOAT_SIGNAL_CHILD_ONLY)"},
-		{Config{Argv: []string{"x"}, StopDelivery: 7}, "--stop-delivery (LIFEBOAT_STOP_DELIVERY)"},
+		{Config{Grace: -time.Second}, FieldGrace, "-1s"},
+		{Config{PreemptExitCode: 300}, FieldPreemptExitCode, "300"},
+		{Config{StopSignals: []unix.Signal{unix.SIGCHLD}}, FieldStopSignals, "CHLD"},
+		{Config{StopSignals: []unix.Signal{unix.SIGPIPE}}, FieldStopSignals, "PIPE"},
+		{Config{ChildOnly: true, StopDelivery: signals.Group}, FieldStopDelivery, "group"},
+		{Config{StopDelivery: 7}, FieldStopDelivery, "Delivery(7)"},
+		{Config{MaxRuntime: -time.Hour}, FieldMaxRuntime, "-1h0m0s"},
+		{Config{Restart: RestartPolicy{Max: -1}}, FieldMaxRestarts, "-1"},
+		{Config{Restart: RestartPolicy{Backoff: -time.Second}}, FieldRestartBackoff, "-1s"},
+		{Config{Restart: RestartPolicy{OnFailure: true}}, FieldMaxRestarts, "0"},
 	} {
-		err := tc.cfg.Validate()
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Validate(%+v) = %v, want it to mention %q", tc.cfg, err, tc.want)
+		tc.cfg.Argv = []string{"x"}
+		var fe *FieldError
+		if err := tc.cfg.Validate(); !errors.As(err, &fe) || fe.Field != tc.field || fe.Value != tc.value {
+			t.Errorf("Validate(%+v) = %v, want a FieldError of %s %s", tc.cfg, err, tc.field, tc.value)
+		}
+		if (tc.cfg.ChildOnly && tc.cfg.StopDelivery == signals.Group) != errors.Is(fe, ErrGroupChildOnly) {
+			t.Errorf("Validate(%+v) = %v; ErrGroupChildOnly only for a group delivery with ChildOnly", tc.cfg, fe)
+		}
+		if tc.cfg.Restart.OnFailure != errors.Is(fe, ErrNoRestarts) {
+			t.Errorf("Validate(%+v) = %v; ErrNoRestarts only for restarts on failure", tc.cfg, fe)
 		}
 	}
 	ok := Config{Argv: []string{"x"}}

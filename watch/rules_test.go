@@ -3,6 +3,8 @@ package watch
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -323,12 +325,16 @@ func TestSymlinkedDir(t *testing.T) {
 
 	file := filepath.Join(real, "f")
 	write(t, file, "x", time.Now())
-	for _, tc := range []struct{ dir, want string }{
-		{filepath.Join(real, "missing"), "does not exist"},
-		{file, "not a directory"},
+	for _, tc := range []struct {
+		dir  string
+		want error
+	}{
+		{filepath.Join(real, "missing"), fs.ErrNotExist},
+		{file, ErrNotDir},
 	} {
-		if _, err := New(Config{Dir: tc.dir}); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "--dir (LIFEBOAT_DIR)") {
-			t.Errorf("New(%s): %v, want an error saying %q and naming --dir (LIFEBOAT_DIR)", tc.dir, err, tc.want)
+		var fe *FieldError
+		if _, err := New(Config{Dir: tc.dir}); !errors.As(err, &fe) || fe.Field != FieldDir || fe.Value != tc.dir || !errors.Is(err, tc.want) {
+			t.Errorf("New(%s): %v, want a FieldError of %s %s wrapping %v", tc.dir, err, FieldDir, tc.dir, tc.want)
 		}
 	}
 }

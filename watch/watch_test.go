@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -245,7 +246,8 @@ func TestWritableFdinfo(t *testing.T) {
 }
 
 func TestNewRejects(t *testing.T) {
-	if _, err := New(Config{}); err == nil || !strings.Contains(err.Error(), "--dir (LIFEBOAT_DIR)") {
-		t.Errorf("New without a dir: %v", err)
+	var fe *FieldError
+	if _, err := New(Config{}); !errors.As(err, &fe) || fe.Field != FieldDir {
+		t.Errorf("New without a dir: %v, want a FieldError of %s", err, FieldDir)
 	}
 }

@@ -72,11 +72,30 @@ type seenState struct {
 	numbered bool      // step has been given
 }
 
+// FieldDir is the field of a FieldError about Config.Dir.
+const FieldDir = "dir"
+
+// ErrNotDir: Config.Dir is not a directory (a FieldError wraps it; one
+// about a Dir that does not exist wraps fs.ErrNotExist).
+var ErrNotDir = errors.New("not a directory")
+
+// FieldError says which of Config was wrong, and why. The caller names
+// the field as its user gave it (a flag, a variable).
+type FieldError struct {
+	Field string // FieldDir
+	Value string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("watch: %s %s: %v", e.Field, e.Value, e.Err) }
+func (e *FieldError) Unwrap() error { return e.Err }
+
 // New returns a Watcher for cfg. Config.Dir must be a directory; its
-// symlinks are resolved once, here.
+// symlinks are resolved once, here. A Dir that is empty, does not exist or
+// is not a directory is a *FieldError of FieldDir.
 func New(cfg Config) (*Watcher, error) {
 	if cfg.Dir == "" {
-		return nil, errors.New("watch: no directory to watch: set --dir (LIFEBOAT_DIR)")
+		return nil, &FieldError{Field: FieldDir, Err: errors.New("no directory to watch")}
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -120,23 +139,24 @@ func New(cfg Config) (*Watcher, error) {
 // resolveDir returns dir as an absolute path without symlinks: the form the
 // kernel shows in /proc/PID/fd, against which open files are compared.
 func resolveDir(dir string) (string, error) {
+	bad := func(err error) (string, error) { return "", &FieldError{Field: FieldDir, Value: dir, Err: err} }
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return "", fmt.Errorf("watch: --dir (LIFEBOAT_DIR) %s: %w", dir, err)
+		return bad(err)
 	}
 	resolved, err := filepath.EvalSymlinks(abs)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("watch: --dir (LIFEBOAT_DIR) %s does not exist; create it or point --dir at the directory the trainer saves checkpoints into", dir)
+		return bad(fmt.Errorf("it does not exist: %w", fs.ErrNotExist))
 	}
 	if err != nil {
-		return "", fmt.Errorf("watch: --dir (LIFEBOAT_DIR) %s: %w", dir, err)
+		return bad(err)
 	}
 	fi, err := os.Stat(resolved)
 	if err != nil {
-		return "", fmt.Errorf("watch: --dir (LIFEBOAT_DIR) %s: %w", dir, err)
+		return bad(err)
 	}
 	if !fi.IsDir() {
-		return "", fmt.Errorf("watch: --dir (LIFEBOAT_DIR) %s is not a directory; point --dir at the directory the trainer saves checkpoints into", dir)
+		return bad(ErrNotDir)
 	}
 	return resolved, nil
 }

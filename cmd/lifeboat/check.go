@@ -90,7 +90,7 @@ func runCheck(_ context.Context, o *checkOptions) error {
 	w, err := watch.New(watch.Config{Dir: o.dir, Marker: o.marker, StepPattern: regexp.MustCompile(o.stepPattern),
 		Exclude: splitList(o.exclude), MarkerOnly: o.markerOnly})
 	if err != nil {
-		return err
+		return dirError(err)
 	}
 	sv, err := w.Survey(o.rank)
 	if err != nil {

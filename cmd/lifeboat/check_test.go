@@ -125,6 +125,15 @@ func TestCheckCommand(t *testing.T) {
 	if out, code := runCheckBin(t); code != 2 || !strings.Contains(out, "--dir (LIFEBOAT_DIR) is required") {
 		t.Errorf("no --dir: exit %d, want 2\n%s", code, out)
 	}
+	// What watch finds wrong with the directory names the flag and its
+	// variable.
+	missing, file := filepath.Join(dir, "missing"), filepath.Join(dir, "step-200", "weights.raw")
+	if out, code := runCheckBin(t, "--dir", missing); code != 1 || !strings.Contains(out, "--dir (LIFEBOAT_DIR) "+missing+" does not exist; create it or point --dir at") {
+		t.Errorf("--dir %s: exit %d, want 1\n%s", missing, code, out)
+	}
+	if out, code := runCheckBin(t, "--dir", file); code != 1 || !strings.Contains(out, "--dir (LIFEBOAT_DIR) "+file+" is not a directory; point --dir at") {
+		t.Errorf("--dir %s: exit %d, want 1\n%s", file, code, out)
+	}
 }
 
 // runCheckBin runs `lifeboat check` with args and returns its stdout and

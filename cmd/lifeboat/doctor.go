@@ -161,7 +161,7 @@ func runDoctor(ctx context.Context, o *doctorOptions) error {
 				if n := checkpoint.Newest(snaps, 0); n != nil {
 					sr.Latest = n.Step
 				}
-				if loc, _ := storage.ParseURL(o.store.url); loc.Scheme == "s3" {
+				if o.store.scheme() == "s3" {
 					sr.ConditionalWrites = probeReport(ctx, s, o.store.unsafeNoConditionalWrites, &rep.Failed)
 				}
 			}

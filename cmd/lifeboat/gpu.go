@@ -41,7 +41,7 @@ func (o *gpuOptions) registerWatchdog(fs *flag.FlagSet) {
 // --gpu-memory-limit auto or fraction where a GPU is visible but NVML is
 // not available (wrapping gpu.ErrNVMLNeeded), are usageErrors.
 func (o *gpuOptions) plan(env []string, log *slog.Logger) (*gpu.Setup, error) {
-	s, err := gpu.Resolve(gpu.Options{Devices: o.gpus, DevicesName: "--gpus", MemoryLimit: o.memoryLimit}, env, log)
+	s, err := gpu.Resolve(gpu.Options{Devices: o.gpus, DevicesName: "--gpus", MemoryLimit: o.memoryLimit, MemoryLimitName: "--gpu-memory-limit"}, env, log)
 	var fe *gpu.FieldError
 	switch {
 	case !errors.As(err, &fe):

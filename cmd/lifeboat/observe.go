@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -55,7 +56,7 @@ func (o *observeOptions) startMetrics(ctx context.Context, log *slog.Logger) (*m
 	m := metrics.New(version)
 	addr, err := metrics.Serve(ctx, o.metricsAddr, m, log)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--metrics-addr (LIFEBOAT_METRICS_ADDR): %w; set it to a free host:port", err)
 	}
 	log.Info("metrics.serving", "addr", addr.String())
 	return m, nil
@@ -68,7 +69,7 @@ func (o *observeOptions) startMetrics(ctx context.Context, log *slog.Logger) (*m
 func (o *observeOptions) watchNotices(ctx context.Context, m *metrics.Metrics, log *slog.Logger) (<-chan supervisor.Notice, error) {
 	sources, err := notice.ParseSources(o.notices)
 	if err != nil || len(sources) == 0 {
-		return nil, err
+		return nil, noticeError(err)
 	}
 	cfg := notice.Config{Sources: sources, Interval: o.noticeInterval, Log: log}
 	if err := cfg.ReadEnv(os.Getenv); err != nil {
@@ -76,7 +77,7 @@ func (o *observeOptions) watchNotices(ctx context.Context, m *metrics.Metrics, l
 	}
 	in, err := notice.Watch(ctx, cfg)
 	if err != nil {
-		return nil, err
+		return nil, noticeError(err)
 	}
 	started := time.Now()
 	out := make(chan supervisor.Notice, len(sources))
@@ -92,6 +93,16 @@ func (o *observeOptions) watchNotices(ctx context.Context, m *metrics.Metrics, l
 		}
 	}()
 	return out, nil
+}
+
+// noticeError names --notices (LIFEBOAT_NOTICES) in notice's
+// *notice.FieldError; other errors are returned as they are.
+func noticeError(err error) error {
+	var fe *notice.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	return fmt.Errorf("--notices (LIFEBOAT_NOTICES) names %q: %w", fe.Value, fe.Err)
 }
 
 // rebalanced handles a rebalance recommendation: the machine is at elevated

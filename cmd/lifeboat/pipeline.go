@@ -6,13 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
-	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -278,7 +277,7 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	if err != nil {
 		return nil, err
 	}
-	if err := storeOutside(so.url, dir); err != nil {
+	if err := storeOutside(so, dir); err != nil {
 		return nil, err
 	}
 	p := &pipeline{dir: dir, ranks: ro, workers: co.workers, check: co.verify.check, allRanks: all, log: log}
@@ -308,7 +307,7 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 		Exclude: exclude, MarkerOnly: co.markerOnly}
 	w, err := watch.New(wcfg)
 	if err != nil {
-		return nil, err
+		return nil, dirError(err)
 	}
 	if co.sidecar && !w.WritersVisible() {
 		log.Warn("sidecar.writers_invisible", "dir", dir,
@@ -316,7 +315,7 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 			"hint", "set shareProcessNamespace: true in the pod spec, or write a marker after each save")
 		wcfg.WritersInvisible = true
 		if w, err = watch.New(wcfg); err != nil {
-			return nil, err
+			return nil, dirError(err)
 		}
 	}
 	snaps, err := checkpoint.List(ctx, s)
@@ -418,16 +417,33 @@ func checkpointDir(dir string, log *slog.Logger) (string, error) {
 	return real, nil
 }
 
+// dirError names --dir (LIFEBOAT_DIR) in watch.New's *watch.FieldError;
+// other errors are returned as they are.
+func dirError(err error) error {
+	var fe *watch.FieldError
+	switch {
+	case !errors.As(err, &fe):
+		return err
+	case fe.Value == "":
+		return errors.New("no directory to watch: set --dir (LIFEBOAT_DIR)")
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("--dir (LIFEBOAT_DIR) %s does not exist; create it or point --dir at the directory the trainer saves checkpoints into", fe.Value)
+	case errors.Is(err, watch.ErrNotDir):
+		return fmt.Errorf("--dir (LIFEBOAT_DIR) %s is not a directory; point --dir at the directory the trainer saves checkpoints into", fe.Value)
+	}
+	return fmt.Errorf("--dir (LIFEBOAT_DIR) %s: %w", fe.Value, fe.Err)
+}
+
 // storeOutside refuses a file:// store inside the checkpoint directory:
 // lifeboat would upload its own store as a checkpoint at every scan.
-func storeOutside(url, dir string) error {
-	loc, err := storage.ParseURL(url)
+func storeOutside(so *storeOptions, dir string) error {
+	loc, err := so.location()
 	if err != nil || loc.Scheme != "file" {
 		return nil // open reports a bad URL
 	}
 	p := resolveExisting(loc.Path)
 	if p == dir || strings.HasPrefix(p, dir+string(filepath.Separator)) {
-		return usageError{fmt.Errorf("--store (LIFEBOAT_STORE) %s is inside --dir (LIFEBOAT_DIR) %s: lifeboat would upload its own store as a checkpoint; put the store outside the directory the trainer saves into", url, dir)}
+		return usageError{fmt.Errorf("--store (LIFEBOAT_STORE) %s is inside --dir (LIFEBOAT_DIR) %s: lifeboat would upload its own store as a checkpoint; put the store outside the directory the trainer saves into", so.url, dir)}
 	}
 	return nil
 }
@@ -467,21 +483,18 @@ func fromString(f *checkpoint.StepRef) string {
 }
 
 // otherWorldSizes lists the world sizes other than worldSize that the
-// store holds complete steps for ("2 (newest step 5031), 4 (...)"), or "".
+// store holds complete steps for, each with the step a restore of that
+// size takes first ("2 (newest step 5031), 4 (...)"), or "".
 func otherWorldSizes(ctx context.Context, s storage.Store, worldSize int) string {
 	snaps, err := checkpoint.List(ctx, s)
 	if err != nil {
 		return ""
 	}
-	newest := map[int]int64{}
-	for _, sn := range snaps {
-		if sn.Complete && sn.WorldSize != worldSize {
-			newest[sn.WorldSize] = max(newest[sn.WorldSize], sn.Step)
-		}
-	}
 	var parts []string
-	for _, n := range slices.Sorted(maps.Keys(newest)) {
-		parts = append(parts, fmt.Sprintf("%d (newest step %d)", n, newest[n]))
+	for _, n := range checkpoint.NewestByWorldSize(snaps) {
+		if n.WorldSize != worldSize {
+			parts = append(parts, fmt.Sprintf("%d (newest step %d)", n.WorldSize, n.Step))
+		}
 	}
 	return strings.Join(parts, ", ")
 }

@@ -125,7 +125,35 @@ func (o *runOptions) config() (supervisor.Config, error) {
 	}
 	cfg.TerminationLog = o.terminationLog
 	cfg.TerminationLogCreate = o.terminationLog != kubeTerminationLog
-	return cfg, cfg.Validate()
+	return cfg, configError(cfg.Validate())
+}
+
+// supervisorFlags names the flag of each field of supervisor.Config that
+// Validate may find wrong.
+var supervisorFlags = map[string]string{
+	supervisor.FieldGrace: "grace", supervisor.FieldPreemptExitCode: "preempt-exit-code", supervisor.FieldStopSignals: "stop-signals",
+	supervisor.FieldStopDelivery: "stop-delivery", supervisor.FieldMaxRuntime: "max-runtime", supervisor.FieldMaxRestarts: "max-restarts",
+	supervisor.FieldRestartBackoff: "restart-backoff",
+}
+
+// configError names the flags and variables of supervisor.Config.Validate's
+// *FieldError (a usageError); other errors are returned as they are.
+func configError(err error) error {
+	var fe *supervisor.FieldError
+	switch {
+	case !errors.As(err, &fe):
+		return err
+	case errors.Is(err, supervisor.ErrGroupChildOnly):
+		return usageError{errors.New("--stop-delivery group (LIFEBOAT_STOP_DELIVERY) sends stop signals to the trainer's process group, which --signal-child-only (LIFEBOAT_SIGNAL_CHILD_ONLY) forbids; use --stop-delivery main-only or main-first")}
+	case errors.Is(err, supervisor.ErrNoRestarts):
+		return usageError{errors.New("--restart on-failure needs --max-restarts (LIFEBOAT_MAX_RESTARTS) of at least 1")}
+	case fe.Field == supervisor.FieldStopSignals:
+		return usageError{fmt.Errorf("--stop-signals (LIFEBOAT_STOP_SIGNALS) names %s, which lifeboat cannot receive or forward", fe.Value)}
+	case fe.Field == supervisor.FieldPreemptExitCode:
+		return bad("preempt-exit-code", fe.Value, `use a number 0..255 or "child"`)
+	}
+	name := supervisorFlags[fe.Field]
+	return usageError{fmt.Errorf("--%s (%s) is %s; %v", name, envName(name), fe.Value, fe.Err)}
 }
 
 // runCmd parses `lifeboat run` and supervises the command.

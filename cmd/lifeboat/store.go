@@ -43,6 +43,28 @@ type storeOptions struct {
 	// opened is the store open returned last: a stop during the restore
 	// that follows writes its stop record there.
 	opened storage.Store
+
+	// loc and locErr are url parsed, once (location).
+	loc    *storage.Location
+	locErr error
+}
+
+// location is --store parsed: the one place the URL is read; the first
+// call parses it, the others return the same.
+func (o *storeOptions) location() (storage.Location, error) {
+	if o.loc == nil {
+		loc, err := storage.ParseURL(o.url)
+		o.loc, o.locErr = &loc, err
+	}
+	return *o.loc, o.locErr
+}
+
+// scheme is the scheme of a --store that parses ("s3" or "file"), else "".
+func (o *storeOptions) scheme() string {
+	if loc, err := o.location(); err == nil {
+		return loc.Scheme
+	}
+	return ""
 }
 
 func (o *storeOptions) register(fs *flag.FlagSet) {
@@ -76,7 +98,7 @@ func (o *storeOptions) registerWriter(fs *flag.FlagSet) {
 // WARN. The kernel enforces a directory store's create-only writes: it
 // is not probed.
 func (o *storeOptions) checkConditionalWrites(ctx context.Context, s storage.Store, log *slog.Logger) error {
-	if loc, err := storage.ParseURL(o.url); err != nil || loc.Scheme != "s3" {
+	if o.scheme() != "s3" {
 		return nil
 	}
 	p, err := storage.ProbeConditionalWrites(ctx, s, time.Now)
@@ -140,7 +162,7 @@ func (o *storeOptions) open(ctx context.Context) (storage.Store, error) {
 	if o.url == "" {
 		return nil, errors.New("no store given: set --store (LIFEBOAT_STORE) to s3://bucket/prefix or file:///abs/path")
 	}
-	loc, err := storage.ParseURL(o.url)
+	loc, err := o.location()
 	if err != nil {
 		return nil, fmt.Errorf("--store (LIFEBOAT_STORE): %w", err)
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/lifeboat-project/lifeboat/limits/gpu"
 	"github.com/lifeboat-project/lifeboat/notice"
 	"github.com/lifeboat-project/lifeboat/signals"
-	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/storage/s3"
 	"github.com/lifeboat-project/lifeboat/watch"
 )
@@ -81,7 +80,7 @@ func (o *commonOptions) validate() error {
 // for, without opening it.
 func (o *storeOptions) validate() error {
 	if o.url != "" {
-		if _, err := storage.ParseURL(o.url); err != nil {
+		if _, err := o.location(); err != nil {
 			return usageError{fmt.Errorf("--store (LIFEBOAT_STORE): %w", err)}
 		}
 	}
@@ -89,7 +88,7 @@ func (o *storeOptions) validate() error {
 		if err := checkEndpoint(o.endpoint); err != nil {
 			return bad("s3-endpoint", redactURL(o.endpoint), err.Error())
 		}
-	} else if loc, err := storage.ParseURL(o.url); err == nil && loc.Scheme == "s3" {
+	} else if o.scheme() == "s3" {
 		for _, v := range []string{"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"} {
 			if e := os.Getenv(v); e != "" {
 				if err := checkEndpoint(e); err != nil {
@@ -111,7 +110,7 @@ func (o *storeOptions) validate() error {
 		if what := checkCAFile(o.caFile); what != "" {
 			return bad("s3-ca-file", o.caFile, what)
 		}
-	} else if loc, err := storage.ParseURL(o.url); err == nil && loc.Scheme == "s3" {
+	} else if o.scheme() == "s3" {
 		if f := os.Getenv("AWS_CA_BUNDLE"); f != "" {
 			if what := checkCAFile(f); what != "" {
 				return usageError{fmt.Errorf("AWS_CA_BUNDLE=%q (the default of --s3-ca-file, LIFEBOAT_S3_CA_FILE): %s", f, what)}

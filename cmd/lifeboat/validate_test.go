@@ -358,3 +358,22 @@ func TestFlagNamesInMessages(t *testing.T) {
 		t.Errorf("%s: no command has this flag", b)
 	}
 }
+
+// TestSupervisorConfigNamesFlags: what supervisor.Config.Validate finds
+// wrong (a *supervisor.FieldError naming Config's field) reaches the user
+// as a sentence naming the flags and their variables, exit 2.
+func TestSupervisorConfigNamesFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--stop-signals", "TERM,CHLD"}, "--stop-signals (LIFEBOAT_STOP_SIGNALS) names CHLD, which lifeboat cannot receive or forward"},
+		{[]string{"--stop-delivery", "group", "--signal-child-only"}, "--stop-delivery group (LIFEBOAT_STOP_DELIVERY) sends stop signals to the trainer's process group, which --signal-child-only (LIFEBOAT_SIGNAL_CHILD_ONLY) forbids; use --stop-delivery main-only or main-first"},
+		{[]string{"--restart", "on-failure", "--max-restarts", "0"}, "--restart on-failure needs --max-restarts (LIFEBOAT_MAX_RESTARTS) of at least 1"},
+	} {
+		code, out := runLifeboat(t, nil, append(append([]string{"run"}, tc.args...), "--", "true")...)
+		if code != 2 || !strings.Contains(out, tc.want) {
+			t.Errorf("lifeboat run %s: exit %d\n%s\nwant 2 and %q", strings.Join(tc.args, " "), code, out, tc.want)
+		}
+	}
+}

@@ -30,11 +30,11 @@ const (
 
 const mib = 1 << 20
 
-// ErrMemoryUnknown marks a --gpu-memory-limit ("auto" or a fraction) that
-// needs the device's memory when it is unknown (NVML not available).
+// ErrMemoryUnknown marks a memory limit ("auto" or a fraction) that needs
+// the device's memory when it is unknown (NVML not available).
 var ErrMemoryUnknown = errors.New("device memory unknown")
 
-// MemoryPlan turns --gpu-memory-limit into Paddle's allocator flags.
+// MemoryPlan turns a GPU memory limit into Paddle's allocator flags.
 //
 // limitSpec is "" (no limit from lifeboat), MiB ("8192"), a fraction of the
 // device's memory with a decimal point ("0.5", in (0, 1]), or "auto" (the
@@ -42,11 +42,14 @@ var ErrMemoryUnknown = errors.New("device memory unknown")
 // deviceMemory is the device's memory in bytes (Visibility.MemoryTotal: the
 // MIG instance's, or the smallest card's), 0 when unknown; a fraction and
 // "auto" then fail with ErrMemoryUnknown. env is the trainer's environment
-// (KEY=VALUE, the last of a key wins).
+// (KEY=VALUE, the last of a key wins). A bad limitSpec is a *FieldError of
+// FieldMemoryLimit.
 //
 // vars are KEY=VALUE pairs to set over env. conflicts are sentences about
-// values in env that disagree with the limit, each saying what was done.
-// Precedence: the explicit lifeboat flag > the user's FLAGS_ in env >
+// values in env that disagree with the limit, each saying what was done;
+// they call the limit DefaultMemoryLimitName (Resolve: its
+// Options.MemoryLimitName). Precedence: the limit given to lifeboat > the
+// user's FLAGS_ in env >
 // lifeboat's defaults. So:
 //   - FLAGS_gpu_memory_limit_mb is set to the limit; a different value in env
 //     is a conflict and is overridden. Without a limit, env's stays.
@@ -69,23 +72,32 @@ type Pool struct {
 	Vars      []string // KEY=VALUE pairs to set over the trainer's environment
 	Conflicts []string // sentences about the environment's values, each saying what was done
 	// LimitMiB is the limit lifeboat set (FLAGS_gpu_memory_limit_mb), 0 when
-	// --gpu-memory-limit was not given: what the GPU memory watchdog holds
-	// the trainer to.
+	// no limit was given: what the GPU memory watchdog holds the trainer
+	// to.
 	LimitMiB uint64
 }
 
+// DefaultMemoryLimitName is what MemoryPlan's conflicts call the limit.
+const DefaultMemoryLimitName = "the GPU memory limit"
+
 // PlanPool is MemoryPlan returning the limit it set as well.
 func PlanPool(limitSpec string, deviceMemory uint64, env []string) (Pool, error) {
+	return planPool(limitSpec, DefaultMemoryLimitName, deviceMemory, env)
+}
+
+// planPool is PlanPool with the limit called name in the conflicts.
+func planPool(limitSpec, name string, deviceMemory uint64, env []string) (Pool, error) {
 	limit, err := parseLimit(limitSpec, deviceMemory)
 	if err != nil {
-		return Pool{}, err
+		return Pool{}, &FieldError{Field: FieldMemoryLimit, Value: limitSpec, Err: err}
 	}
-	vars, conflicts := poolFlags(limit, deviceMemory, env)
+	vars, conflicts := poolFlags(limit, name, deviceMemory, env)
 	return Pool{Vars: vars, Conflicts: conflicts, LimitMiB: limit}, nil
 }
 
-// poolFlags is MemoryPlan's work once the limit (MiB, 0 for none) is known.
-func poolFlags(limit, deviceMemory uint64, env []string) (vars []string, conflicts []string) {
+// poolFlags is MemoryPlan's work once the limit (MiB, 0 for none), called
+// name, is known.
+func poolFlags(limit uint64, name string, deviceMemory uint64, env []string) (vars []string, conflicts []string) {
 	user := lookup(env, EnvMemoryLimitMB, EnvAllocatorStrategy, EnvFraction, EnvInitialMB)
 	set := func(k string, v string) { vars = append(vars, k+"="+v) }
 	report := func(format string, a ...any) { conflicts = append(conflicts, fmt.Sprintf(format, a...)) }
@@ -102,7 +114,7 @@ func poolFlags(limit, deviceMemory uint64, env []string) (vars []string, conflic
 	ours := limit > 0
 	if ours {
 		if v, ok := user[EnvMemoryLimitMB]; ok && v != strconv.FormatUint(limit, 10) {
-			report("%s=%s in the environment conflicts with --gpu-memory-limit (%d MiB); the flag wins.", EnvMemoryLimitMB, v, limit)
+			report("%s=%s in the environment conflicts with %s (%d MiB), which wins.", EnvMemoryLimitMB, v, name, limit)
 		}
 		set(EnvMemoryLimitMB, strconv.FormatUint(limit, 10))
 	} else if v, ok := user[EnvMemoryLimitMB]; ok {
@@ -116,7 +128,7 @@ func poolFlags(limit, deviceMemory uint64, env []string) (vars []string, conflic
 		return vars, conflicts
 	}
 
-	who := "--gpu-memory-limit"
+	who := name
 	if !ours {
 		who = EnvMemoryLimitMB + " in the environment"
 	}
@@ -173,14 +185,15 @@ func NeedsDeviceMemory(limitSpec string) bool {
 	return strings.EqualFold(s, "auto") || strings.Contains(s, ".")
 }
 
-// parseLimit returns the limit in MiB, 0 for none.
+// parseLimit returns the limit in MiB, 0 for none; its errors say what is
+// wrong with spec, which the caller names.
 func parseLimit(spec string, memory uint64) (uint64, error) {
 	spec = strings.TrimSpace(spec)
 	bad := func() error {
-		return fmt.Errorf("gpu: --gpu-memory-limit %q: want MiB (8192), a fraction of the device's memory (0.5) or auto", spec)
+		return errors.New("want MiB (8192), a fraction of the device's memory (0.5) or auto")
 	}
 	unknown := func() error {
-		return fmt.Errorf("gpu: --gpu-memory-limit %q needs the device's memory, which NVML could not report; give MiB instead: %w", spec, ErrMemoryUnknown)
+		return fmt.Errorf("it needs the device's memory, which NVML could not report; give MiB instead: %w", ErrMemoryUnknown)
 	}
 	switch {
 	case spec == "":
@@ -191,7 +204,7 @@ func parseLimit(spec string, memory uint64) (uint64, error) {
 		}
 		margin := max(uint64(float64(memory)*AutoMarginFraction), AutoMarginMiB*mib)
 		if memory <= margin+mib {
-			return 0, fmt.Errorf("gpu: --gpu-memory-limit auto: the device's %d MiB leave nothing after the %d MiB margin", memory/mib, margin/mib)
+			return 0, fmt.Errorf("the device's %d MiB leave nothing after the %d MiB margin", memory/mib, margin/mib)
 		}
 		return (memory - margin) / mib, nil
 	case strings.Contains(spec, "."):
@@ -204,7 +217,7 @@ func parseLimit(spec string, memory uint64) (uint64, error) {
 		}
 		n := uint64(f * float64(memory) / mib)
 		if n == 0 {
-			return 0, fmt.Errorf("gpu: --gpu-memory-limit %q is less than 1 MiB of the device's %d MiB", spec, memory/mib)
+			return 0, fmt.Errorf("it is less than 1 MiB of the device's %d MiB", memory/mib)
 		}
 		return n, nil
 	}

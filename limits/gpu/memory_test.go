@@ -44,7 +44,7 @@ func TestMemoryPlan(t *testing.T) {
 		{name: "user's limit differs: flag wins", spec: "8192", mem: a100,
 			env:       []string{"FLAGS_gpu_memory_limit_mb=16000"},
 			vars:      []string{"FLAGS_allocator_strategy=auto_growth", "FLAGS_gpu_memory_limit_mb=8192"},
-			conflicts: []string{"FLAGS_gpu_memory_limit_mb=16000 in the environment conflicts with --gpu-memory-limit (8192 MiB); the flag wins"}},
+			conflicts: []string{"FLAGS_gpu_memory_limit_mb=16000 in the environment conflicts with the GPU memory limit (8192 MiB), which wins"}},
 		{name: "user's limit equal: no conflict", spec: "8192", mem: a100,
 			env:  []string{"FLAGS_gpu_memory_limit_mb=8192"},
 			vars: []string{"FLAGS_allocator_strategy=auto_growth", "FLAGS_gpu_memory_limit_mb=8192"}},
@@ -57,14 +57,14 @@ func TestMemoryPlan(t *testing.T) {
 		{name: "initial above the flag: lowered", spec: "8192", mem: a100,
 			env:       []string{"FLAGS_initial_gpu_memory_in_mb=10000"},
 			vars:      []string{"FLAGS_allocator_strategy=auto_growth", "FLAGS_gpu_memory_limit_mb=8192", "FLAGS_initial_gpu_memory_in_mb=8192"},
-			conflicts: []string{"FLAGS_initial_gpu_memory_in_mb=10000 in the environment is above --gpu-memory-limit (8192 MiB): lowered to 8192"}},
+			conflicts: []string{"FLAGS_initial_gpu_memory_in_mb=10000 in the environment is above the GPU memory limit (8192 MiB): lowered to 8192"}},
 		{name: "initial within the flag", spec: "8192", mem: a100,
 			env:  []string{"FLAGS_initial_gpu_memory_in_mb=4096"},
 			vars: []string{"FLAGS_allocator_strategy=auto_growth", "FLAGS_gpu_memory_limit_mb=8192"}},
 		{name: "fraction above the flag: lowered", spec: "8192", mem: a100,
 			env:       []string{"FLAGS_fraction_of_gpu_memory_to_use=0.92"},
 			vars:      []string{"FLAGS_allocator_strategy=auto_growth", "FLAGS_gpu_memory_limit_mb=8192", "FLAGS_fraction_of_gpu_memory_to_use=0.2"},
-			conflicts: []string{"FLAGS_fraction_of_gpu_memory_to_use=0.92 in the environment is 37683 MiB of the device, above --gpu-memory-limit (8192 MiB): lowered to 0.2"}},
+			conflicts: []string{"FLAGS_fraction_of_gpu_memory_to_use=0.92 in the environment is 37683 MiB of the device, above the GPU memory limit (8192 MiB): lowered to 0.2"}},
 		{name: "fraction within the flag", spec: "8192", mem: a100,
 			env:  []string{"FLAGS_fraction_of_gpu_memory_to_use=0.1"},
 			vars: []string{"FLAGS_allocator_strategy=auto_growth", "FLAGS_gpu_memory_limit_mb=8192"}},
@@ -108,8 +108,9 @@ func TestMemoryPlan(t *testing.T) {
 				if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
 					t.Fatalf("err = %v, want %v", err, tt.wantErr)
 				}
-				if !strings.Contains(err.Error(), tt.errText) || !strings.Contains(err.Error(), "--gpu-memory-limit") {
-					t.Fatalf("err = %v, want it to name the flag and contain %q", err, tt.errText)
+				var fe *FieldError
+				if !strings.Contains(err.Error(), tt.errText) || !errors.As(err, &fe) || fe.Field != FieldMemoryLimit || fe.Value != tt.spec {
+					t.Fatalf("err = %v, want a *FieldError of %s %q that contains %q", err, FieldMemoryLimit, tt.spec, tt.errText)
 				}
 				return
 			}

@@ -42,6 +42,9 @@ type Options struct {
 	// MemoryLimit is Paddle's pool limit per GPU (PlanPool's syntax);
 	// empty for none.
 	MemoryLimit string
+	// MemoryLimitName names MemoryLimit in Setup.Conflicts, as the user
+	// gave it. Default DefaultMemoryLimitName.
+	MemoryLimitName string
 	// Open opens NVML. Default Open.
 	Open func() (Driver, error)
 	// DevDir holds the NVIDIA device nodes (nvidia0, ...). Default /dev.
@@ -110,6 +113,9 @@ func Resolve(o Options, env []string, log *slog.Logger) (*Setup, error) {
 	if o.DevicesName == "" {
 		o.DevicesName = "devices"
 	}
+	if o.MemoryLimitName == "" {
+		o.MemoryLimitName = DefaultMemoryLimitName
+	}
 	if o.Open == nil {
 		o.Open = Open
 	}
@@ -172,7 +178,7 @@ func Resolve(o Options, env []string, log *slog.Logger) (*Setup, error) {
 		}
 	}
 	if o.MemoryLimit != "" {
-		if err := s.pool(o.MemoryLimit, v, env, log); err != nil {
+		if err := s.pool(o.MemoryLimit, o.MemoryLimitName, v, env, log); err != nil {
 			s.Close()
 			return nil, err
 		}
@@ -215,10 +221,10 @@ func (s *Setup) inspect(open func() (Driver, error), log *slog.Logger) *Inventor
 
 // pool sets Paddle's pool limit: skipped (LimitSkipped) where a limit
 // that needs the device's memory meets no visible GPU.
-func (s *Setup) pool(limit string, v Visibility, env []string, log *slog.Logger) error {
+func (s *Setup) pool(limit, name string, v Visibility, env []string, log *slog.Logger) error {
 	// The pool reads the environment as the trainer will get it: v.Env
 	// set over env (the last value of a key counts).
-	p, err := PlanPool(limit, v.MemoryTotal(), append(slices.Clip(env), v.Env...))
+	p, err := planPool(limit, name, v.MemoryTotal(), append(slices.Clip(env), v.Env...))
 	switch {
 	case errors.Is(err, ErrMemoryUnknown) && s.Visible:
 		return &FieldError{Field: FieldMemoryLimit, Value: limit, Err: fmt.Errorf("needs the GPU's memory and %w here (%s)", ErrNVMLNeeded, s.NVML)}
@@ -226,7 +232,7 @@ func (s *Setup) pool(limit string, v Visibility, env []string, log *slog.Logger)
 		s.LimitSkipped = "no GPU is visible, so there is no device memory to take " + limit + " of"
 		log.Warn("gpu.memory_limit_skipped", "limit", limit, "reason", s.LimitSkipped, "effect", "no FLAGS_gpu_memory_limit_mb")
 	case err != nil:
-		return &FieldError{Field: FieldMemoryLimit, Value: limit, Err: err}
+		return err // a *FieldError
 	default:
 		s.Env = append(s.Env, p.Vars...)
 		s.Conflicts = p.Conflicts

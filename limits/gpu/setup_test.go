@@ -54,6 +54,7 @@ func TestResolve(t *testing.T) {
 		field    string // the FieldError's field, "" for none
 		nvmlErr  bool   // the FieldError wraps ErrNVMLNeeded
 		logs     string // an event that must be logged
+		conflict string // a conflict that must be reported
 	}{
 		{name: "nothing asked", o: Options{Open: a100}, none: true},
 		{name: "NVIDIA_VISIBLE_DEVICES unparsed", o: Options{Open: a100}, env: []string{"NVIDIA_VISIBLE_DEVICES=bogus"}, none: true, logs: "gpu.devices_unparsed"},
@@ -79,6 +80,10 @@ func TestResolve(t *testing.T) {
 		{name: "limit auto, none", o: Options{MemoryLimit: "auto", Open: noNVML}, env: []string{"NVIDIA_VISIBLE_DEVICES=none"},
 			source: "NVIDIA_VISIBLE_DEVICES", skipped: true},
 		{name: "bad limit", o: Options{MemoryLimit: "lots", Open: noNVML}, env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, field: FieldMemoryLimit},
+		{name: "a conflict names the limit as given", o: Options{MemoryLimit: "8192", MemoryLimitName: "--gpu-memory-limit", Open: noNVML},
+			env:    []string{"NVIDIA_VISIBLE_DEVICES=0", "FLAGS_gpu_memory_limit_mb=16000"},
+			source: "NVIDIA_VISIBLE_DEVICES", visible: true, env0: "CUDA_VISIBLE_DEVICES=0", limitMiB: 8192,
+			conflict: "FLAGS_gpu_memory_limit_mb=16000 in the environment conflicts with --gpu-memory-limit (8192 MiB), which wins."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
@@ -115,6 +120,9 @@ func TestResolve(t *testing.T) {
 				}
 				if tc.limitMiB > 0 && !slices.Contains(s.Env, "FLAGS_gpu_memory_limit_mb="+strconv.FormatUint(tc.limitMiB, 10)) {
 					t.Errorf("trainer env %q has no pool limit of %d MiB", s.Env, tc.limitMiB)
+				}
+				if tc.conflict != "" && !slices.Contains(s.Conflicts, tc.conflict) {
+					t.Errorf("conflicts %q, want %q", s.Conflicts, tc.conflict)
 				}
 			}
 			if tc.logs != "" && !strings.Contains(logs.String(), "msg="+tc.logs) {
