@@ -42,13 +42,18 @@ docker=0
 [ "${LIFEBOAT_TEST_DOCKER:-1}" != 0 ] && docker=1
 
 # prepare builds what the later phases need: Kubernetes' components (the
-# Go tests of the Kubernetes API, the end to end), versitygw, and the
+# Go tests of the Kubernetes API, the end to end), JobSet's controller,
+# versitygw, and the
 # Docker images. The whole suite runs it beside the Go tests: those spend
 # most of their time waiting on processes and servers, and a cold build
 # (7 to 21 minutes of Kubernetes, the images' debootstrap) fits inside it.
 prepare() {
 	log "Kubernetes binaries (scripts/k8s-build.sh)"
 	scripts/k8s-build.sh install >"$work/k8s-bin"
+	if [ "${LIFEBOAT_K8S_E2E:-1}" != 0 ]; then
+		log "JobSet's controller (scripts/jobset-build.sh)"
+		scripts/jobset-build.sh install >/dev/null
+	fi
 	log "versitygw"
 	scripts/minio.sh install-versitygw >/dev/null
 	if ((docker)); then
