@@ -175,20 +175,27 @@ func TestTimeoutBlackHole(t *testing.T) {
 	}
 }
 
-// slowPut puts size bytes to a server that reads the body 1 MiB at a
-// time with pause between reads, through a store with the response and
-// stall timeouts given, and returns how long it took and Put's error.
-func slowPut(t *testing.T, size int64, pause, response, stall time.Duration) (time.Duration, error) {
+// slowPut puts size bytes to a server that reads the first slow bytes of
+// the body 1 MiB at a time with pause between reads and the rest at once,
+// through a store with the response and stall timeouts given, and returns
+// how long it took and Put's error. The fast tail matters: when the
+// client's last write returns, the socket buffers on both sides still hold
+// several MiB, and read at the slow rate they took seconds to drain on a
+// loaded machine, time in which the client rightly saw no byte move (a
+// full run failed that way with a 2 s stall timeout). The slow part is what
+// the tests are about; the tail is read before the client waits long.
+func slowPut(t *testing.T, size, slow int64, pause, response, stall time.Duration) (time.Duration, error) {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPut {
 			buf := make([]byte, 1<<20)
-			for {
+			for read := int64(0); read < slow; read += int64(len(buf)) {
 				if _, err := io.ReadFull(r.Body, buf); err != nil {
 					break
 				}
 				time.Sleep(pause)
 			}
+			_, _ = io.Copy(io.Discard, r.Body)
 		}
 		w.Header().Set("ETag", `"0123456789abcdef0123456789abcdef"`)
 		w.WriteHeader(http.StatusOK)
@@ -214,11 +221,9 @@ func slowPut(t *testing.T, size int64, pause, response, stall time.Duration) (ti
 // request is sent, so an upload that takes several times the response
 // timeout to trickle in, but keeps moving, succeeds.
 func TestTimeoutSlowUploadNotCut(t *testing.T) {
-	// About 50 MB/s: over 1 s for the body, while what the socket buffers
-	// hold (a few MiB) drains in a fraction of the response timeout, even
-	// on a busy machine.
+	// 16 MiB at 5 MiB/s: over 3 s for the body, then 48 MiB at once.
 	const response = time.Second
-	took, err := slowPut(t, 64<<20, 20*time.Millisecond, response, 5*time.Second)
+	took, err := slowPut(t, 64<<20, 16<<20, 200*time.Millisecond, response, 5*time.Second)
 	if err != nil {
 		t.Fatalf("a slow but moving upload failed after %v: %v", took.Round(time.Millisecond), err)
 	}
@@ -307,9 +312,9 @@ func TestTimeoutValidate(t *testing.T) {
 // every upload longer than --s3-stall-timeout failed as "moved no byte"
 // (CI saw it under load with a 5 s limit and a 1.3 s upload).
 func TestStallTimeoutSparesAMovingUpload(t *testing.T) {
-	// 1 MiB every 150 ms: about 5 s for the body, with bytes moving many
-	// times a second.
-	if took, err := slowPut(t, 32<<20, 150*time.Millisecond, 5*time.Second, 2*time.Second); err != nil {
+	// 16 MiB, 1 MiB every 300 ms: about 5 s for the body, with bytes
+	// moving several times a second; then 48 MiB at once.
+	if took, err := slowPut(t, 64<<20, 16<<20, 300*time.Millisecond, 5*time.Second, 2*time.Second); err != nil {
 		t.Fatalf("an upload that kept moving failed after %v: %v", took.Round(time.Millisecond), err)
 	}
 }
