@@ -41,7 +41,10 @@ type countingStore struct {
 	put, get, stat, list, pages, keys, del, snapGet atomic.Int64
 }
 
-var _ storage.Store = (*countingStore)(nil)
+var (
+	_ storage.Store     = (*countingStore)(nil)
+	_ storage.DirLister = (*countingStore)(nil)
+)
 
 func (s *countingStore) snapshot() counts {
 	return counts{s.put.Load(), s.get.Load(), s.stat.Load(), s.list.Load(), s.pages.Load(), s.keys.Load(), s.del.Load(), s.snapGet.Load()}
@@ -68,6 +71,20 @@ func (s *countingStore) Stat(ctx context.Context, key string) (storage.ObjectInf
 func (s *countingStore) List(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
 	var n int64
 	err := s.Store.List(ctx, prefix, func(oi storage.ObjectInfo) error {
+		n++
+		return fn(oi)
+	})
+	s.list.Add(1)
+	s.keys.Add(n)
+	s.pages.Add(max(1, (n+pageKeys-1)/pageKeys))
+	return err
+}
+
+// ListDirs counts a listing one level deep (storage.DirLister: S3's
+// delimiter listing) by its entries, objects and folders alike.
+func (s *countingStore) ListDirs(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
+	var n int64
+	err := storage.ListDirs(ctx, s.Store, prefix, func(oi storage.ObjectInfo) error {
 		n++
 		return fn(oi)
 	})
