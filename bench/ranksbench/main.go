@@ -627,15 +627,15 @@ func report(o options, rs []*result, big *cost) {
 	}
 
 	fmt.Printf("\n### Every rank restores the latest step at once (a job's restore): LIST pages and GETs of manifests and records (snapshots/), chunks not counted\n\n")
-	fmt.Println("| ranks | steps stored | all ranks: LIST pages | GETs of manifests and records | wall time | requests per rank | most of one rank |")
-	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| ranks | steps stored | all ranks: LIST pages | GETs of manifests and records | wall time | requests per rank | most of one rank | failed requests (tried again) |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
 		c := r.restore.latest
 		steps := 0
 		if len(r.latest) > 0 {
 			steps = r.latest[len(r.latest)-1].steps
 		}
-		fmt.Printf("| %d | %d | %d | %d | %s | %s | %d |\n", r.n, steps, c.Pages, c.SnapGet, ms(r.restore.latestT), per(c.Pages+c.SnapGet, r.n), r.restoreHi)
+		fmt.Printf("| %d | %d | %d | %d | %s | %s | %d | %d |\n", r.n, steps, c.Pages, c.SnapGet, ms(r.restore.latestT), per(c.Pages+c.SnapGet, r.n), r.restoreHi, c.Failed)
 	}
 	if big != nil {
 		fmt.Printf("\nRank 0's restore over %d ranks x %d steps (1 Uploader): %d LIST pages, %d GETs of manifests and records.\n", o.latestRanks, o.keep, big.restore.Pages, big.restore.SnapGet)
