@@ -11,8 +11,11 @@
 // revision. A step is complete when the manifests of all ranks 0..n-1 exist,
 // decode, and provably describe one iteration (docs/FORMAT.md). The rank
 // whose commit completes a step writes a completion record beside its
-// manifests (record.go); a restore takes a step whose record holds for
-// its listing without reading the other ranks' manifests.
+// folder (record.go), and so does a restore that read a complete step
+// without one in full; a restore finds the records and the step folders
+// in one listing one level deep, lists only the folder of the step it
+// takes, and takes a step whose record holds for that listing without
+// reading the other ranks' manifests (choose.go).
 // Files are read only as the regular files scanned, unchanged while read,
 // and whole by the checks of package format. The storage layout and the
 // rules that make concurrent upload and prune safe are in docs/FORMAT.md.

@@ -11,6 +11,7 @@ import (
 //	chunks/<first 2 hex>/<sha256 hex>                               file content, by hash
 //	snapshots/<step, 20 digits>/rank-<r, 5>-of-<n, 5>.json          manifest, revision 0
 //	snapshots/<step, 20 digits>/rank-<r, 5>-of-<n, 5>-rev-<k, 5>.json  revision k >= 1
+//	snapshots/<step, 20 digits>-complete-of-<n, 5>-...json           completion record (record.go)
 //
 // Zero padding makes lexical List order numeric order: steps ascend, within
 // a step ranks ascend, and a rank's revisions 1, 2, ... ascend. Revision 0
@@ -26,7 +27,26 @@ const MaxRevision = 99999
 
 func chunkKey(sum string) string { return chunksPrefix + sum[:2] + "/" + sum }
 
-func stepPrefix(step int64) string { return fmt.Sprintf("%s%020d/", snapshotsPrefix, step) }
+// stepPrefix is the folder of step's manifests: snapshots/<step>/.
+func stepPrefix(step int64) string { return stepKeys(step) + "/" }
+
+// stepKeys is the prefix of every key of step: its folder and, beside
+// it, its completion records (record.go).
+func stepKeys(step int64) string { return fmt.Sprintf("%s%020d", snapshotsPrefix, step) }
+
+// parseStepFolder returns the step of a folder snapshots/<step>/, as a
+// listing one level deep (storage.ListDirs) gives it.
+func parseStepFolder(key string) (int64, bool) {
+	rest, found := strings.CutPrefix(key, snapshotsPrefix)
+	if !found || len(rest) != 21 || rest[20] != '/' {
+		return 0, false
+	}
+	step, err := strconv.ParseInt(rest[:20], 10, 64)
+	if err != nil || step < 0 || stepPrefix(step) != key {
+		return 0, false
+	}
+	return step, true
+}
 
 // rankPrefix is the part every revision's key of the snapshot of t's step
 // and rank, of its world size, shares, and no other key. A key names only

@@ -19,10 +19,14 @@ import (
 // A completion record says that a step of one world size was complete, by
 // the rules of docs/FORMAT.md, in one listing of its manifests: the rank
 // whose commit completed the step reads every rank's manifest, judges the
-// step as a full read does, and writes the record beside them,
-// create-only:
+// step as a full read does, and writes the record beside the step's
+// folder, create-only:
 //
-//	snapshots/<step>/complete-of-<n, 5>-<state>-line-<line|legacy>-at-<ns, 19>[-named].json
+//	snapshots/<step>-complete-of-<n, 5>-<state>-line-<line|legacy>-at-<ns, 19>[-named].json
+//
+// Beside the folder, not in it: one listing of snapshots/ one level deep
+// (storage.ListDirs) gives every step folder and every record, whatever
+// the ranks, and only the folder of the step a reader takes is listed.
 //
 // The key carries what choosing a step needs: the state (a digest of the
 // listing the step was judged in: each rank's highest revision's key,
@@ -31,8 +35,8 @@ import (
 // ranks' named revisions beneath counter ones. The body names every
 // rank's manifest (key, revision, id) for people and tools.
 //
-// A reader that lists the step and finds a record whose state is the
-// listing's own takes the step as complete without reading its
+// A reader that lists the step's folder and finds a record whose state
+// is that listing's own takes the step as complete without reading its
 // manifests, and then reads only its own rank's. A record whose state
 // differs (a rank committed a newer revision since, a manifest was
 // deleted, marked torn or written again) is stale; a step without a
@@ -56,7 +60,7 @@ func recordKey(step int64, worldSize int, state, line string, at time.Time, name
 	if l == LegacyLine {
 		l = "legacy"
 	}
-	k := fmt.Sprintf("%s%s%05d-%s-line-%s-at-%019d", stepPrefix(step), recordPrefix, worldSize, state, l, at.UnixNano())
+	k := fmt.Sprintf("%s-%s%05d-%s-line-%s-at-%019d", stepKeys(step), recordPrefix, worldSize, state, l, at.UnixNano())
 	if named {
 		k += "-named"
 	}
@@ -67,7 +71,7 @@ func recordKey(step int64, worldSize int, state, line string, at time.Time, name
 // key.
 func parseRecordKey(key string) (step int64, worldSize int, rec stepRecord, ok bool) {
 	rest, found := strings.CutPrefix(key, snapshotsPrefix)
-	if !found || len(rest) < 21 || rest[20] != '/' {
+	if !found || len(rest) < 21 || rest[20] != '-' {
 		return 0, 0, stepRecord{}, false
 	}
 	step, err := strconv.ParseInt(rest[:20], 10, 64)
@@ -222,7 +226,7 @@ func (u *Uploader) recordStep(ctx context.Context, t Target, key string, log *sl
 // writeStepRecord is recordStep; it returns the key of the record it wrote
 // ("" for none).
 func writeStepRecord(ctx context.Context, s storage.Store, t Target, key string) (string, error) {
-	groups, err := listSteps(ctx, s, stepPrefix(t.Step))
+	groups, err := listSteps(ctx, s, stepKeys(t.Step))
 	if err != nil {
 		return "", err
 	}
@@ -244,12 +248,29 @@ func writeStepRecord(ctx context.Context, s storage.Store, t Target, key string)
 			return "", nil // committed after this one: that rank's writer records
 		}
 	}
-	state, tops := g.state, map[int]string{}
-	for r, oi := range g.keys {
-		tops[r] = oi.Key
-	}
 	if err := readGroups(ctx, s, []*stepGroup{g}); err != nil {
 		return "", err
+	}
+	return putRecord(ctx, s, g)
+}
+
+// listedTop is the key of rank's highest revision as g was listed (before
+// pairNamed took a named revision beneath it).
+func (g *stepGroup) listedTop(rank int) string {
+	if above := g.above[rank]; len(above) > 0 {
+		return above[len(above)-1].info.Key
+	}
+	return g.keys[rank].Key
+}
+
+// putRecord writes the completion record of g, listed and read in full
+// (readGroups), for its listing's state, when g is complete and has no
+// record that holds for that listing; it returns the record's key ("" for
+// none written). Another writer's record of the same listing is the same
+// key: the first create-only Put stands.
+func putRecord(ctx context.Context, s storage.Store, g *stepGroup) (string, error) {
+	if g.rec != nil || g.currentRecord() != nil {
+		return "", nil
 	}
 	if v, _ := g.judge(); v != verdictComplete {
 		return "", nil
@@ -258,11 +279,11 @@ func writeStepRecord(ctx context.Context, s storage.Store, t Target, key string)
 	if at.Before(time.Unix(0, 0)) || at.After(time.Unix(0, 1<<62)) {
 		return "", nil // a created time a key cannot hold
 	}
-	body := recordBody{Format: FormatVersion, Step: g.step, WorldSize: g.worldSize, Line: g.line(), Committed: at.UTC(), State: state, PassedOver: g.passedOver}
+	body := recordBody{Format: FormatVersion, Step: g.step, WorldSize: g.worldSize, Line: g.line(), Committed: at.UTC(), State: g.state, PassedOver: g.passedOver}
 	for r := range g.worldSize {
 		rr := recordRank{Rank: r, Key: g.keys[r].Key, Revision: g.revisions[r], ID: g.manifests[r].ID}
-		if tops[r] != rr.Key {
-			rr.Highest = tops[r]
+		if top := g.listedTop(r); top != rr.Key {
+			rr.Highest = top
 		}
 		body.Ranks = append(body.Ranks, rr)
 	}
@@ -270,7 +291,7 @@ func writeStepRecord(ctx context.Context, s storage.Store, t Target, key string)
 	if err != nil {
 		return "", err
 	}
-	rk := recordKey(g.step, g.worldSize, state, g.line(), at, g.passedOver != "")
+	rk := recordKey(g.step, g.worldSize, g.state, g.line(), at, g.passedOver != "")
 	_, err = s.Put(ctx, rk, bytes.NewReader(b), int64(len(b)), storage.PutOptions{IfNotExists: true})
 	if errors.Is(err, storage.ErrExists) {
 		return "", nil // another rank recorded the same listing

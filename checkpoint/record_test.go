@@ -3,6 +3,8 @@ package checkpoint
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -40,6 +42,20 @@ func (c *requestCounter) List(ctx context.Context, prefix string, fn func(storag
 	return err
 }
 
+// ListDirs counts a listing one level deep by its entries (objects and
+// folders), as S3 pages it.
+func (c *requestCounter) ListDirs(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
+	n := 0
+	err := storage.ListDirs(ctx, c.Store, prefix, func(oi storage.ObjectInfo) error {
+		n++
+		return fn(oi)
+	})
+	c.mu.Lock()
+	c.pages += max(1, (n+999)/1000)
+	c.mu.Unlock()
+	return err
+}
+
 func (c *requestCounter) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
 	if strings.HasPrefix(key, snapshotsPrefix) {
 		c.mu.Lock()
@@ -47,6 +63,12 @@ func (c *requestCounter) Get(ctx context.Context, key string, offset, length int
 		c.mu.Unlock()
 	}
 	return c.Store.Get(ctx, key, offset, length)
+}
+
+func (c *requestCounter) snapGets() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gets
 }
 
 func (c *requestCounter) requests() int {
@@ -121,7 +143,8 @@ func restoreEveryRank(t *testing.T, s storage.Store, n int) ([]*RestoreResult, [
 
 // TestRestoreRequestsPerRank: a job's restore at 64 ranks x 3 steps costs
 // each rank at most 3 requests (LIST pages and GETs of manifests and
-// records; here one page and its own manifest), whatever the ranks: the
+// records; here a listing of snapshots/ one level deep, one of the newest
+// step's folder and its own manifest), whatever the ranks: the
 // step's completion record stands for the other ranks' manifests. Without
 // records (a store written before them) each rank reads every rank's
 // manifest of every step, as before, and restores the same. On the code
@@ -142,12 +165,13 @@ func TestRestoreRequestsPerRank(t *testing.T) {
 		}
 	}
 	c := &requestCounter{Store: s}
-	if step, err := Latest(context.Background(), c, n); err != nil || step != steps || c.gets != 0 || c.pages != 1 {
-		t.Errorf("Latest = %d, %v with %d pages and %d GETs; want step %d, 1 page, no GET", step, err, c.pages, c.gets, steps)
+	if step, err := Latest(context.Background(), c, n); err != nil || step != steps || c.gets != 0 || c.pages != 2 {
+		t.Errorf("Latest = %d, %v with %d pages and %d GETs; want step %d, 2 pages, no GET", step, err, c.pages, c.gets, steps)
 	}
 
-	dropRecords(t, s)
-	old, oldReqs := restoreEveryRank(t, s, n)
+	// As a reader without records sees the store (a restore that reads
+	// a step in full writes its record, which it would see next time).
+	old, oldReqs := restoreEveryRank(t, hideRecords{s}, n)
 	for r := range n {
 		if old[r].Step != res[r].Step || old[r].Manifest.ID != res[r].Manifest.ID {
 			t.Errorf("rank %d without records restored step %d (%s), with records step %d (%s)", r, old[r].Step, old[r].Manifest.ID, res[r].Step, res[r].Manifest.ID)
@@ -157,6 +181,66 @@ func TestRestoreRequestsPerRank(t *testing.T) {
 		}
 	}
 	t.Logf("requests per rank: %d with records, %d without", slices.Max(reqs), slices.Max(oldReqs))
+}
+
+// thousandRanks stores steps 1..steps of n ranks, each rank's manifest
+// naming one shared chunk, and each step's completion record, written by
+// the commit of its last rank as an Uploader's would be.
+func thousandRanks(t *testing.T, s storage.Store, n, steps int) {
+	t.Helper()
+	ctx := context.Background()
+	data := []byte("the one chunk of every rank")
+	h := sha256.Sum256(data)
+	sum := hex.EncodeToString(h[:])
+	putBytes(t, s, chunkKey(sum), data)
+	for step := int64(1); step <= int64(steps); step++ {
+		var last string
+		for r := range n {
+			m := &Manifest{Format: FormatVersion, ID: newID(), Step: step, Rank: r, WorldSize: n, Created: fixedTime.Add(time.Duration(step) * time.Minute),
+				Files: []File{{Path: "state.bin", Size: int64(len(data)), Mode: 0o644, Chunks: []Chunk{{SHA256: sum, Size: int64(len(data))}}}}}
+			b, err := m.Encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = manifestKey(m.target(), 0)
+			putBytes(t, s, last, b)
+		}
+		if rk, err := writeStepRecord(ctx, s, Target{Step: step, Rank: n - 1, WorldSize: n}, last); err != nil || rk == "" {
+			t.Fatalf("record of step %d: %q, %v", step, rk, err)
+		}
+	}
+}
+
+// TestLatestRequestsAtThousandRanks: at 1,000 ranks x 3 steps, Latest
+// costs 2 LIST pages (snapshots/ one level deep: the step folders and
+// the records beside them; then the newest step's folder, whose listing
+// its record holds for) and no GET, and a rank's restore one GET more,
+// its own manifest: 3 requests. Without records every manifest is read.
+// On the code before (the records inside the step folders, found by
+// listing every manifest) Latest took 4 pages and a restore 5 requests.
+func TestLatestRequestsAtThousandRanks(t *testing.T) {
+	defer verifyNone(t)
+	const n, steps = 1000, 3
+	s := mem.New()
+	thousandRanks(t, s, n, steps)
+	ctx := context.Background()
+	c := &requestCounter{Store: s}
+	if step, err := Latest(ctx, c, n); err != nil || step != steps || c.pages > 3 || c.gets > 2 {
+		t.Errorf("Latest = %d, %v with %d LIST pages and %d GETs; want step %d with at most 3 pages and 2 GETs", step, err, c.pages, c.gets, steps)
+	} else if c.pages != 2 || c.gets != 0 {
+		t.Errorf("Latest took %d LIST pages and %d GETs; want 2 and none", c.pages, c.gets)
+	}
+	for _, r := range []int{0, 500, n - 1} {
+		c := &requestCounter{Store: s}
+		res, err := RestoreLatest(ctx, c, r, t.TempDir(), RestoreOptions{WorldSize: n, Workers: 2, SkipFormatCheck: true})
+		if err != nil || res.Step != steps || c.requests() > 3 {
+			t.Errorf("rank %d: RestoreLatest = %+v, %v with %d requests; want step %d in at most 3", r, res, err, c.requests(), steps)
+		}
+	}
+	c = &requestCounter{Store: hideRecords{s}}
+	if step, err := Latest(ctx, c, n); err != nil || step != steps || c.gets != n*steps {
+		t.Errorf("without records: Latest = %d, %v with %d GETs; want step %d, every manifest read (%d)", step, err, c.gets, steps, n*steps)
+	}
 }
 
 // sameRestore checks that rank's RestoreLatest from s takes what it takes
@@ -276,7 +360,7 @@ func TestRecordFallbacks(t *testing.T) {
 			for r := range n {
 				step2 = append(step2, uploadTarget(t, newUploader(s, nil), Target{Step: 2, Rank: r, WorldSize: n}, rankTree(r, 2)))
 			}
-			if got := recordKeys(t, s, stepPrefix(2)); len(got) != 1 {
+			if got := recordKeys(t, s, stepKeys(2)); len(got) != 1 {
 				t.Fatalf("step 2 has records %v; want one", got)
 			}
 			tc.change(t, s, step2)
@@ -292,6 +376,51 @@ func TestRecordFallbacks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hideKey is a store whose listings leave out one key: a listing made
+// before that object was visible.
+type hideKey struct {
+	storage.Store
+	key string
+}
+
+func (h hideKey) List(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
+	return h.Store.List(ctx, prefix, func(oi storage.ObjectInfo) error {
+		if oi.Key == h.key {
+			return nil
+		}
+		return fn(oi)
+	})
+}
+
+// TestRecordWrittenByRestore: when the rank whose commit completed a step
+// listed it before another rank's manifest was visible (on a store whose
+// times do not give the order objects appear in, a rank stored with an
+// earlier time can appear later), no commit writes the record; the first
+// restore reads the step in full and writes it, and the next restore
+// reads its own manifest only. Failed before: the step stayed without a
+// record, read in full at every restore.
+func TestRecordWrittenByRestore(t *testing.T) {
+	defer verifyNone(t)
+	s := mem.New()
+	first := uploadTarget(t, newUploader(s, nil), Target{Step: 1, Rank: 0, WorldSize: 2}, rankTree(0, 1))
+	uploadTarget(t, newUploader(hideKey{s, first.Key}, nil), Target{Step: 1, Rank: 1, WorldSize: 2}, rankTree(1, 1))
+	if got := recordKeys(t, s, snapshotsPrefix); len(got) != 0 {
+		t.Fatalf("records %v after the commits; want none", got)
+	}
+	c := &requestCounter{Store: s}
+	if res, err := RestoreLatest(context.Background(), c, 0, t.TempDir(), RestoreOptions{WorldSize: 2, SkipFormatCheck: true}); err != nil || res.Step != 1 {
+		t.Fatalf("RestoreLatest = %+v, %v", res, err)
+	}
+	if got := recordKeys(t, s, snapshotsPrefix); len(got) != 1 {
+		t.Fatalf("records %v after a restore; want the step's", got)
+	}
+	c = &requestCounter{Store: s}
+	if res, err := RestoreLatest(context.Background(), c, 1, t.TempDir(), RestoreOptions{WorldSize: 2, SkipFormatCheck: true}); err != nil || res.Step != 1 || c.snapGets() != 1 {
+		t.Errorf("next RestoreLatest = %+v, %v with %d GETs of manifests; want step 1 and its own manifest only", res, err, c.snapGets())
+	}
+	sameRestore(t, s, 1, 2)
 }
 
 // TestRecordStoreFailure: a store that fails reading the one manifest a
@@ -378,7 +507,7 @@ func TestPruneDeletesRecords(t *testing.T) {
 		t.Fatalf("Prune = %+v, %v; want steps 1 and 2 and three records deleted", res, err)
 	}
 	left := recordKeys(t, inner, snapshotsPrefix)
-	if len(left) != 2 || !strings.HasPrefix(left[0], stepPrefix(3)) || !strings.HasPrefix(left[1], stepPrefix(4)) {
+	if len(left) != 2 || !strings.HasPrefix(left[0], stepKeys(3)) || !strings.HasPrefix(left[1], stepKeys(4)) {
 		t.Errorf("records left %v; want those of steps 3 and 4", left)
 	}
 	for _, step := range []int64{1, 2} {
@@ -389,7 +518,7 @@ func TestPruneDeletesRecords(t *testing.T) {
 			}
 		}
 		for i, k := range order {
-			if _, _, _, ok := parseRecordKey(k); ok && strings.HasPrefix(k, stepPrefix(step)) && i < last {
+			if _, _, _, ok := parseRecordKey(k); ok && strings.HasPrefix(k, stepKeys(step)) && i < last {
 				t.Errorf("step %d's record %s was deleted before its manifest %s", step, k, order[last])
 			}
 		}
@@ -411,11 +540,12 @@ func TestRecordKeyRoundTrip(t *testing.T) {
 	}
 	for _, k := range []string{
 		"snapshots/00000000000000000012/rank-00000-of-00001.json",
-		"snapshots/00000000000000000012/complete-of-00000-00112233445566ff-line-legacy-at-0000000000000000000.json",
-		"snapshots/00000000000000000012/complete-of-00001-00112233445566FF-line-legacy-at-0000000000000000000.json",
-		"snapshots/00000000000000000012/complete-of-00001-00112233445566ff-line-LEGACY-at-0000000000000000000.json",
-		"snapshots/00000000000000000012/complete-of-00001-00112233445566ff-line-legacy-at-000000000000000000.json",
-		"snapshots/00000000000000000012/complete-of-00001-00112233445566ff-line-legacy-at-0000000000000000000-x.json",
+		"snapshots/00000000000000000012/complete-of-00001-00112233445566ff-line-legacy-at-0000000000000000000.json", // inside the folder
+		"snapshots/00000000000000000012-complete-of-00000-00112233445566ff-line-legacy-at-0000000000000000000.json",
+		"snapshots/00000000000000000012-complete-of-00001-00112233445566FF-line-legacy-at-0000000000000000000.json",
+		"snapshots/00000000000000000012-complete-of-00001-00112233445566ff-line-LEGACY-at-0000000000000000000.json",
+		"snapshots/00000000000000000012-complete-of-00001-00112233445566ff-line-legacy-at-000000000000000000.json",
+		"snapshots/00000000000000000012-complete-of-00001-00112233445566ff-line-legacy-at-0000000000000000000-x.json",
 	} {
 		if _, _, _, ok := parseRecordKey(k); ok {
 			t.Errorf("parseRecordKey(%s) accepted it", k)
@@ -427,33 +557,32 @@ func TestRecordKeyRoundTrip(t *testing.T) {
 var fixedTime = time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 
 // TestRecordOnEveryStore: on every backend (MinIO's listings give the
-// store's times a writer and a reader must agree on), the ranks' commits
-// leave one record per step that holds for a later listing, and every
-// rank's restore then reads its own manifest only and takes what a full
-// read takes.
+// store's times a writer and a reader must agree on), the ranks' commits,
+// together, and a first restore leave one record per step that holds for
+// a later listing, and every rank's restore then reads its own manifest
+// only and takes what a full read takes.
 func TestRecordOnEveryStore(t *testing.T) {
 	defer verifyNone(t)
 	allStores(t, func(t *testing.T, s storage.Store) {
 		const n, steps = 8, 3
-		// The ranks commit in turn. Committed together, on a store whose
-		// object times are not the order in which objects appear (fs: a
-		// file's time is its last write, before the rename that shows it),
-		// the rank that lists last can see a later time than its own and
-		// leave the record to a rank that listed too early: the step is
-		// then read in full, as TestRecordFallbacks shows for a store without
-		// records.
-		for step := int64(1); step <= steps; step++ {
-			for r := range n {
-				uploadTarget(t, newUploader(s, nil), Target{Step: step, Rank: r, WorldSize: n}, rankTree(r, step))
-			}
+		// The ranks of a step commit together. On a store whose object
+		// times are not the order in which objects appear (fs: a file's
+		// time is its last write, before the rename that shows it; an S3
+		// server's may be its PUT's start) the rank that lists last can
+		// see a later time than its own and leave the record to a rank
+		// that listed too early; the first restore that reads such a
+		// step in full writes its record.
+		commitSteps(t, s, n, steps)
+		if _, err := RestoreLatest(context.Background(), s, 0, t.TempDir(), RestoreOptions{WorldSize: n, SkipFormatCheck: true}); err != nil {
+			t.Fatal(err)
 		}
 		if got := recordKeys(t, s, snapshotsPrefix); len(got) != steps {
 			t.Fatalf("records %v, want one per step", got)
 		}
 		_, reqs := restoreEveryRank(t, s, n)
 		for r := range n {
-			if reqs[r] > 2 {
-				t.Errorf("rank %d made %d requests; want a listing and its own manifest", r, reqs[r])
+			if reqs[r] > 3 {
+				t.Errorf("rank %d made %d requests; want the listing of the steps, of the newest step's folder and its own manifest", r, reqs[r])
 			}
 			sameRestore(t, s, r, n)
 		}

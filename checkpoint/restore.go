@@ -373,6 +373,12 @@ func (g *stepGroup) firstErr() error {
 // With opts.AllRanks it restores every rank's snapshot of the newest
 // complete step of any world size into dir/RanksDir (RestoreOptions.AllRanks).
 //
+// It lists the steps as Latest does (stepChooser). A complete step it
+// reads in full because no completion record holds for its listing gets
+// one, written create-only (docs/FORMAT.md, "Completion records"): the
+// next restore reads only its own rank's manifest of it. A record that
+// cannot be written is logged and changes nothing else.
+//
 // With no complete step it returns an error wrapping ErrNoCheckpoint. When
 // no complete step could be restored, the error wraps ErrNothingRestorable
 // and every step's reason (and ErrNoCheckpoint when all of them are data
@@ -385,15 +391,20 @@ func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, o
 		worldSize = 0
 	}
 	now := time.Now()
-	steps, err := candidateSteps(ctx, s, worldSize, now)
+	c, err := newStepChooser(ctx, s, now, func(n int) bool {
+		return (worldSize == 0 || n == worldSize) && (opts.AllRanks || rank < n)
+	}, log)
 	if err != nil {
 		return nil, err
 	}
-	logFutureCreated(log, steps, now)
 	var fallbacks []Fallback
-	for _, g := range steps {
-		if rank >= g.worldSize && !opts.AllRanks {
-			continue
+	for {
+		g, err := c.next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if g == nil {
+			break
 		}
 		res, err := restoreStep(ctx, s, g, rank, dir, opts)
 		if err == nil {
@@ -421,7 +432,7 @@ func RestoreLatest(ctx context.Context, s storage.Store, rank int, dir string, o
 }
 
 // restoreStep restores rank's snapshot of g (every rank's, with
-// opts.AllRanks), a step candidateSteps returned, if the step is complete.
+// opts.AllRanks), a step a stepChooser handed out, if the step is complete.
 func restoreStep(ctx context.Context, s storage.Store, g *stepGroup, rank int, dir string, opts RestoreOptions) (*RestoreResult, error) {
 	if g.rec != nil {
 		// Judged complete by its record: only this rank's manifest is

@@ -554,47 +554,27 @@ func (g *stepGroup) pairNamed(ctx context.Context, s storage.Store, why string) 
 	return nil
 }
 
-// candidateSteps returns the steps of worldSize (0: any) whose ranks all
-// have a manifest, newest first by the rule (newestOrder, over the steps
-// of every world size, so that lines are ordered alike whatever the world
-// size asked). Their verdicts tell which are complete. A step with a
-// completion record that holds for the listing (useRecord) is judged by
-// it and its manifests are not read; the others' manifests are read.
-func candidateSteps(ctx context.Context, s storage.Store, worldSize int, now time.Time) ([]*stepGroup, error) {
-	groups, err := listSteps(ctx, s, snapshotsPrefix)
-	if err != nil {
-		return nil, err
-	}
-	groups = slices.DeleteFunc(groups, func(g *stepGroup) bool { return !g.allRanks() })
-	// A step with a record that holds for this listing is complete, of
-	// the record's line and commit time, unread; the others are read.
-	var unread []*stepGroup
-	for _, g := range groups {
-		if !g.useRecord() {
-			unread = append(unread, g)
-		}
-	}
-	if err := readGroups(ctx, s, unread); err != nil {
-		return nil, fmt.Errorf("checkpoint: read manifests in %s: %w", s, err)
-	}
-	orderGroups(groups, now)
-	return slices.DeleteFunc(groups, func(g *stepGroup) bool { return worldSize != 0 && g.worldSize != worldSize }), nil
-}
-
 // Latest returns the newest complete step of worldSize ranks (worldSize
 // 0: any world size), or an error wrapping ErrNoCheckpoint. Newest is by
 // the rule of docs/FORMAT.md: the highest step of the line of work
-// committed last (newestOrder). It lists the steps once and reads the
-// manifests of the steps whose ranks are all present and that have no
-// completion record that holds for the listing (to tell which are
-// complete and when they were committed); a recorded step costs nothing
-// more. Restore checks the chunks.
+// committed last (newestOrder). It lists snapshots/ one level deep (step
+// folders and completion records), then the folder of each step it
+// looks at, newest first, and reads the manifests of a step only where
+// no record holds for its folder's listing (stepChooser). Restore checks
+// the chunks.
 func Latest(ctx context.Context, s storage.Store, worldSize int) (int64, error) {
-	steps, err := candidateSteps(ctx, s, worldSize, time.Now())
+	c, err := newStepChooser(ctx, s, time.Now(), func(n int) bool { return worldSize == 0 || n == worldSize }, nil)
 	if err != nil {
 		return 0, err
 	}
-	for _, g := range steps {
+	for {
+		g, err := c.next(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if g == nil {
+			break
+		}
 		if v, _ := g.judge(); v == verdictComplete {
 			return g.step, nil
 		}

@@ -33,13 +33,19 @@ type limitStore struct {
 }
 
 var (
-	_ Store   = (*limitStore)(nil)
-	_ Sweeper = (*limitStore)(nil)
+	_ Store     = (*limitStore)(nil)
+	_ Sweeper   = (*limitStore)(nil)
+	_ DirLister = (*limitStore)(nil)
 )
 
 // Sweep passes Sweep on to the inner store, which embedding would not.
 func (s *limitStore) Sweep(ctx context.Context, prefix string, fn func(Leftover) (bool, error)) error {
 	return Sweep(ctx, s.Store, prefix, fn)
+}
+
+// ListDirs passes ListDirs on to the inner store: only uploads are paced.
+func (s *limitStore) ListDirs(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
+	return ListDirs(ctx, s.Store, prefix, fn)
 }
 
 func (s *limitStore) Put(ctx context.Context, key string, r io.Reader, size int64, opts PutOptions) (ObjectInfo, error) {

@@ -15,8 +15,9 @@ func Recover(s Store) Store { return &recoverStore{s} }
 type recoverStore struct{ inner Store }
 
 var (
-	_ Store   = (*recoverStore)(nil)
-	_ Sweeper = (*recoverStore)(nil)
+	_ Store     = (*recoverStore)(nil)
+	_ Sweeper   = (*recoverStore)(nil)
+	_ DirLister = (*recoverStore)(nil)
 )
 
 func recovered(op, key string, err *error) {
@@ -47,6 +48,11 @@ func (s *recoverStore) Stat(ctx context.Context, key string) (info ObjectInfo, e
 func (s *recoverStore) List(ctx context.Context, prefix string, fn func(ObjectInfo) error) (err error) {
 	defer recovered("list", prefix, &err)
 	return s.inner.List(ctx, prefix, fn)
+}
+
+func (s *recoverStore) ListDirs(ctx context.Context, prefix string, fn func(ObjectInfo) error) (err error) {
+	defer recovered("list", prefix, &err)
+	return ListDirs(ctx, s.inner, prefix, fn)
 }
 
 func (s *recoverStore) Delete(ctx context.Context, key string) (err error) {

@@ -143,8 +143,9 @@ type retryStore struct {
 }
 
 var (
-	_ Store   = (*retryStore)(nil)
-	_ Sweeper = (*retryStore)(nil)
+	_ Store     = (*retryStore)(nil)
+	_ Sweeper   = (*retryStore)(nil)
+	_ DirLister = (*retryStore)(nil)
 )
 
 // again decides after a failed try whether to retry, and waits before the
@@ -356,6 +357,37 @@ func (s *retryStore) List(ctx context.Context, prefix string, fn func(ObjectInfo
 	for attempt := 1; ; attempt++ {
 		progress := false
 		err := s.inner.List(ctx, prefix, func(oi ObjectInfo) error {
+			if delivered && oi.Key <= last {
+				return nil // delivered by an earlier try
+			}
+			if err := fn(oi); err != nil {
+				fnErr = true
+				return err
+			}
+			last, delivered, progress = oi.Key, true, true
+			return nil
+		})
+		if progress {
+			attempt = 1
+		}
+		if err == nil || fnErr || !s.p.again(ctx, "list", prefix, attempt, err) {
+			return err
+		}
+	}
+}
+
+// ListDirs is List's retry for ListDirs (DirLister) of the inner store:
+// a listing tried again delivers only the entries after the last one
+// delivered.
+func (s *retryStore) ListDirs(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
+	var (
+		last      string // the last key delivered
+		delivered bool
+		fnErr     bool // fn failed: its error ends the listing
+	)
+	for attempt := 1; ; attempt++ {
+		progress := false
+		err := ListDirs(ctx, s.inner, prefix, func(oi ObjectInfo) error {
 			if delivered && oi.Key <= last {
 				return nil // delivered by an earlier try
 			}

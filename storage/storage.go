@@ -19,7 +19,10 @@
 // A backend whose Puts can leave something behind when the process making
 // them is killed (a directory store's temporary files, S3's open multipart
 // uploads) is also a Sweeper, which lists and removes such leftovers; the
-// wrappers pass Sweep on.
+// wrappers pass Sweep on. A backend that lists one level of a prefix in a
+// request per page (S3's listing with a delimiter) is also a DirLister;
+// ListDirs lists any Store so, in full where it is not one, and the
+// wrappers pass it on.
 package storage
 
 import (

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"sync/atomic"
@@ -19,17 +20,18 @@ const pageKeys = 1000
 type counts struct {
 	Put, Get, Stat, List, Pages, Keys, Delete int64
 	SnapGet                                   int64 // GETs under snapshots/: manifests and completion records
+	Failed                                    int64 // requests that failed for another reason than a missing or existing key (storage.Retry tries them again)
 }
 
 // Requests is every request the counts stand for, a LIST page being one.
 func (c counts) Requests() int64 { return c.Put + c.Get + c.Stat + c.Pages + c.Delete }
 
 func (c counts) sub(o counts) counts {
-	return counts{c.Put - o.Put, c.Get - o.Get, c.Stat - o.Stat, c.List - o.List, c.Pages - o.Pages, c.Keys - o.Keys, c.Delete - o.Delete, c.SnapGet - o.SnapGet}
+	return counts{c.Put - o.Put, c.Get - o.Get, c.Stat - o.Stat, c.List - o.List, c.Pages - o.Pages, c.Keys - o.Keys, c.Delete - o.Delete, c.SnapGet - o.SnapGet, c.Failed - o.Failed}
 }
 
 func (c counts) add(o counts) counts {
-	return counts{c.Put + o.Put, c.Get + o.Get, c.Stat + o.Stat, c.List + o.List, c.Pages + o.Pages, c.Keys + o.Keys, c.Delete + o.Delete, c.SnapGet + o.SnapGet}
+	return counts{c.Put + o.Put, c.Get + o.Get, c.Stat + o.Stat, c.List + o.List, c.Pages + o.Pages, c.Keys + o.Keys, c.Delete + o.Delete, c.SnapGet + o.SnapGet, c.Failed + o.Failed}
 }
 
 // countingStore counts the requests made through it. The ranks use it
@@ -39,17 +41,31 @@ type countingStore struct {
 	storage.Store
 	retry                                           storage.Store
 	put, get, stat, list, pages, keys, del, snapGet atomic.Int64
+	failed                                          atomic.Int64
 }
 
-var _ storage.Store = (*countingStore)(nil)
+// fail counts err when the request failed (a missing or existing key is
+// an answer, not a failure) and returns it.
+func (s *countingStore) fail(err error) error {
+	if err != nil && !errors.Is(err, storage.ErrNotExist) && !errors.Is(err, storage.ErrExists) {
+		s.failed.Add(1)
+	}
+	return err
+}
+
+var (
+	_ storage.Store     = (*countingStore)(nil)
+	_ storage.DirLister = (*countingStore)(nil)
+)
 
 func (s *countingStore) snapshot() counts {
-	return counts{s.put.Load(), s.get.Load(), s.stat.Load(), s.list.Load(), s.pages.Load(), s.keys.Load(), s.del.Load(), s.snapGet.Load()}
+	return counts{s.put.Load(), s.get.Load(), s.stat.Load(), s.list.Load(), s.pages.Load(), s.keys.Load(), s.del.Load(), s.snapGet.Load(), s.failed.Load()}
 }
 
 func (s *countingStore) Put(ctx context.Context, key string, r io.Reader, size int64, opts storage.PutOptions) (storage.ObjectInfo, error) {
 	s.put.Add(1)
-	return s.Store.Put(ctx, key, r, size, opts)
+	oi, err := s.Store.Put(ctx, key, r, size, opts)
+	return oi, s.fail(err)
 }
 
 func (s *countingStore) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
@@ -57,12 +73,14 @@ func (s *countingStore) Get(ctx context.Context, key string, offset, length int6
 	if strings.HasPrefix(key, "snapshots/") {
 		s.snapGet.Add(1)
 	}
-	return s.Store.Get(ctx, key, offset, length)
+	rc, err := s.Store.Get(ctx, key, offset, length)
+	return rc, s.fail(err)
 }
 
 func (s *countingStore) Stat(ctx context.Context, key string) (storage.ObjectInfo, error) {
 	s.stat.Add(1)
-	return s.Store.Stat(ctx, key)
+	oi, err := s.Store.Stat(ctx, key)
+	return oi, s.fail(err)
 }
 
 func (s *countingStore) List(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
@@ -74,12 +92,26 @@ func (s *countingStore) List(ctx context.Context, prefix string, fn func(storage
 	s.list.Add(1)
 	s.keys.Add(n)
 	s.pages.Add(max(1, (n+pageKeys-1)/pageKeys))
-	return err
+	return s.fail(err)
+}
+
+// ListDirs counts a listing one level deep (storage.DirLister: S3's
+// delimiter listing) by its entries, objects and folders alike.
+func (s *countingStore) ListDirs(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
+	var n int64
+	err := storage.ListDirs(ctx, s.Store, prefix, func(oi storage.ObjectInfo) error {
+		n++
+		return fn(oi)
+	})
+	s.list.Add(1)
+	s.keys.Add(n)
+	s.pages.Add(max(1, (n+pageKeys-1)/pageKeys))
+	return s.fail(err)
 }
 
 func (s *countingStore) Delete(ctx context.Context, key string) error {
 	s.del.Add(1)
-	return s.Store.Delete(ctx, key)
+	return s.fail(s.Store.Delete(ctx, key))
 }
 
 // newCounting counts the requests made to st.

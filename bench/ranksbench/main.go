@@ -28,12 +28,20 @@
 //     stop watching apart from the claim. -idle-only measures this alone.
 //
 // Then, once, -latest-ranks ranks x -keep steps are committed (through one
-// Uploader) and Latest and List are measured on them.
+// Uploader) and Latest and List are measured on them; and -prefill-ranks
+// ranks commit -steps steps into a prefix pre-filled with -prefill chunks,
+// to show what a commit costs whatever the job has stored.
+//
+// Each size's rows are printed as soon as it is measured (so a run cut
+// short shows what it measured), and every table again at the end.
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"log"
@@ -48,6 +56,7 @@ import (
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
 	"github.com/lifeboat-project/lifeboat/coord"
+	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/storage/s3"
 )
 
@@ -63,6 +72,8 @@ type options struct {
 	watchWindow   time.Duration
 	latestRanks   int
 	idleOnly      bool
+	prefill       int
+	prefillRanks  int
 }
 
 func main() {
@@ -78,6 +89,8 @@ func main() {
 	flag.DurationVar(&o.watchWindow, "watch-window", 5*time.Second, "how long the ranks watch")
 	flag.IntVar(&o.latestRanks, "latest-ranks", 1000, "ranks of the one large Latest measurement (0: none)")
 	flag.BoolVar(&o.idleOnly, "idle-only", false, "measure only the idle watching (step 4)")
+	flag.IntVar(&o.prefill, "prefill", 100000, "chunks stored beforehand in the prefix of the pre-filled commit measurement (0: none)")
+	flag.IntVar(&o.prefillRanks, "prefill-ranks", 32, "ranks of the pre-filled commit measurement")
 	flag.Parse()
 	for _, f := range strings.Split(ranks, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -158,6 +171,8 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("ranksbench: %d ranks: %w", n, err)
 		}
 		results = append(results, r)
+		fmt.Printf("\n## %d ranks, as measured\n", n)
+		report(o, []*result{r}, nil)
 	}
 	var big *cost
 	if o.latestRanks > 0 && !o.idleOnly {
@@ -167,9 +182,121 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("ranksbench: %d ranks: %w", o.latestRanks, err)
 		}
 		big = &c
+		fmt.Printf("\n## %d ranks x %d steps (1 Uploader), as measured\n\n", o.latestRanks, o.keep)
+		reportLarge(o, c)
 	}
+	var filled []counts
+	if o.prefill > 0 && !o.idleOnly {
+		log.Printf("ranksbench: %d ranks commit into a store holding %d chunks", o.prefillRanks, o.prefill)
+		var err error
+		if filled, err = measurePrefilled(ctx, o, fmt.Sprintf("ranks-%s/filled%05d", stamp, o.prefillRanks)); err != nil {
+			return fmt.Errorf("ranksbench: pre-filled store: %w", err)
+		}
+		fmt.Printf("\n## Commit into a pre-filled store, as measured\n")
+		reportPrefilled(o, filled)
+	}
+	fmt.Printf("\n## Every size\n")
 	report(o, results, big)
+	if filled != nil {
+		reportPrefilled(o, filled)
+	}
 	return nil
+}
+
+// measurePrefilled stores -prefill chunk objects in prefix (1 byte each:
+// only their keys are listed), then has -prefill-ranks ranks, each with
+// its own client and Uploader, commit -steps steps together; it returns
+// the ranks' requests of each step's commit (summed).
+func measurePrefilled(ctx context.Context, o options, prefix string) ([]counts, error) {
+	raw, err := newStore(ctx, o.bucket, prefix)
+	if err != nil {
+		return nil, err
+	}
+	fill := raw.retried()
+	keys := make(chan int)
+	errs := make(chan error, 64)
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for i := range keys {
+				sum := sha256.Sum256(binary.LittleEndian.AppendUint64(nil, uint64(i)))
+				h := hex.EncodeToString(sum[:])
+				if _, err := fill.Put(ctx, "chunks/"+h[:2]+"/"+h, bytes.NewReader([]byte{0}), 1, storage.PutOptions{}); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		})
+	}
+	t := time.Now()
+	for i := range o.prefill {
+		keys <- i
+	}
+	close(keys)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return nil, err
+	default:
+	}
+	log.Printf("ranksbench: %d chunks stored in %s", o.prefill, time.Since(t).Round(time.Second))
+	n := o.prefillRanks
+	stores := make([]*countingStore, n)
+	ups := make([]*checkpoint.Uploader, n)
+	for r := range n {
+		if stores[r], err = newStore(ctx, o.bucket, prefix); err != nil {
+			return nil, err
+		}
+		ups[r] = &checkpoint.Uploader{Store: stores[r].retried(), Workers: 2}
+	}
+	dir := func(r int) string { return filepath.Join(o.work, prefix, fmt.Sprintf("rank-%05d", r)) }
+	var out []counts
+	for step := int64(1); step <= int64(o.steps); step++ {
+		for r := range n {
+			if err := writeCkpt(dir(r), r, step, o.size); err != nil {
+				return nil, err
+			}
+		}
+		errs := make([]error, n)
+		per := make([]counts, n)
+		for r := range n {
+			wg.Go(func() {
+				before := stores[r].snapshot()
+				_, errs[r] = ups[r].Upload(ctx, dir(r), checkpoint.Target{Step: step, Rank: r, WorldSize: n})
+				per[r] = stores[r].snapshot().sub(before)
+			})
+		}
+		wg.Wait()
+		var sum counts
+		for r := range n {
+			if errs[r] != nil {
+				return nil, errs[r]
+			}
+			sum = sum.add(per[r])
+		}
+		out = append(out, sum)
+	}
+	return out, nil
+}
+
+// reportPrefilled prints the requests per rank of each commit into the
+// pre-filled store.
+func reportPrefilled(o options, steps []counts) {
+	n := o.prefillRanks
+	fmt.Printf("\n### Commit into a store pre-filled with %d chunks: %d ranks, each with its own Uploader, %d-byte checkpoints; requests per rank per commit\n\n", o.prefill, n, o.size)
+	fmt.Println("| step | requests | PUT | GET | HEAD | LIST pages | keys listed |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|")
+	for i, c := range steps {
+		fmt.Printf("| %d | %s | %s | %s | %s | %s | %s |\n", i+1, per(c.Requests(), n), per(c.Put, n), per(c.Get, n), per(c.Stat, n), per(c.Pages, n), per(c.Keys, n))
+	}
+}
+
+// reportLarge prints the one large Latest, List and restore measurement.
+func reportLarge(o options, c cost) {
+	fmt.Printf("Latest over %d ranks x %d steps: %d LIST pages, %d GETs, %s; List: %d LIST pages, %d GETs, %s; rank 0's RestoreLatest: %d LIST pages, %d GETs of manifests and records.\n",
+		o.latestRanks, c.steps, c.latest.Pages, c.latest.Get, ms(c.latestT), c.list.Pages, c.list.Get, ms(c.listT), c.restore.Pages, c.restore.SnapGet)
 }
 
 func measure(ctx context.Context, o options, n int, prefix string) (*result, error) {
@@ -500,15 +627,15 @@ func report(o options, rs []*result, big *cost) {
 	}
 
 	fmt.Printf("\n### Every rank restores the latest step at once (a job's restore): LIST pages and GETs of manifests and records (snapshots/), chunks not counted\n\n")
-	fmt.Println("| ranks | steps stored | all ranks: LIST pages | GETs of manifests and records | wall time | requests per rank | most of one rank |")
-	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| ranks | steps stored | all ranks: LIST pages | GETs of manifests and records | wall time | requests per rank | most of one rank | failed requests (tried again) |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
 		c := r.restore.latest
 		steps := 0
 		if len(r.latest) > 0 {
 			steps = r.latest[len(r.latest)-1].steps
 		}
-		fmt.Printf("| %d | %d | %d | %d | %s | %s | %d |\n", r.n, steps, c.Pages, c.SnapGet, ms(r.restore.latestT), per(c.Pages+c.SnapGet, r.n), r.restoreHi)
+		fmt.Printf("| %d | %d | %d | %d | %s | %s | %d | %d |\n", r.n, steps, c.Pages, c.SnapGet, ms(r.restore.latestT), per(c.Pages+c.SnapGet, r.n), r.restoreHi, c.Failed)
 	}
 	if big != nil {
 		fmt.Printf("\nRank 0's restore over %d ranks x %d steps (1 Uploader): %d LIST pages, %d GETs of manifests and records.\n", o.latestRanks, o.keep, big.restore.Pages, big.restore.SnapGet)

@@ -344,7 +344,7 @@ func TestPruneLeavesOnlyKept(t *testing.T) {
 			// the one of revision 0 no longer holds and goes.
 			records := 0
 			for k, n := range storeObjects(t, s) {
-				if strings.HasPrefix(k, "snapshots/00000000000000000003/complete-of-") && strings.Contains(k, fmt.Sprintf("-at-%019d", m3.Created.UnixNano())) {
+				if strings.HasPrefix(k, "snapshots/00000000000000000003-complete-of-") && strings.Contains(k, fmt.Sprintf("-at-%019d", m3.Created.UnixNano())) {
 					want[k] = n
 					records++
 				}

@@ -683,7 +683,7 @@ func storeManifests(t *testing.T, s storage.Store) map[string]*checkpoint.Manife
 	ctx := context.Background()
 	var keys []string
 	if err := s.List(ctx, "snapshots/", func(oi storage.ObjectInfo) error {
-		if strings.HasSuffix(oi.Key, ".json") && !strings.Contains(oi.Key, "/complete-of-") { // not a step's completion record
+		if strings.HasSuffix(oi.Key, ".json") && !strings.Contains(oi.Key, "-complete-of-") { // not a step's completion record
 			keys = append(keys, oi.Key)
 		}
 		return nil

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -36,7 +37,10 @@ type Store struct {
 	bufs   sync.Pool // *[]byte of cfg.PartSize
 }
 
-var _ storage.Store = (*Store)(nil)
+var (
+	_ storage.Store     = (*Store)(nil)
+	_ storage.DirLister = (*Store)(nil)
+)
 
 // New connects to the server, checks that the bucket exists (creating it
 // when cfg.CreateBucket is set) and returns the store. Its errors say what
@@ -380,6 +384,39 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(storage.ObjectI
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("s3: list %s: %w", prefix, failed(ctx, err))
+	}
+	return nil
+}
+
+// ListDirs lists one level under prefix (storage.DirLister), with S3's
+// delimiter "/": one request per 1,000 objects and folders. A page gives
+// its objects and its folders apart, so the entries are gathered and
+// sorted before fn sees them: memory for one level's entries.
+func (s *Store) ListDirs(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("s3: list %s: %w", prefix, err)
+	}
+	ctx, end := call(ctx)
+	defer end(nil)
+	var entries []storage.ObjectInfo
+	for oi := range s.client.ListObjectsIter(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: s.prefix + prefix, Recursive: false}) {
+		if oi.Err != nil {
+			return s.translate(ctx, "list", prefix, oi.Err)
+		}
+		e := storage.ObjectInfo{Key: strings.TrimPrefix(oi.Key, s.prefix)}
+		if !strings.HasSuffix(oi.Key, "/") {
+			e.Size, e.ModTime = oi.Size, oi.LastModified
+		}
+		entries = append(entries, e)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("s3: list %s: %w", prefix, failed(ctx, err))
+	}
+	slices.SortFunc(entries, func(a, b storage.ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
+	for _, e := range entries {
+		if err := fn(e); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -45,6 +45,7 @@ func Run(t *testing.T, newStore NewStoreFunc) {
 		{"NotExist", testNotExist},
 		{"ListOrderAndPrefix", testList},
 		{"ListStopsOnError", testListStops},
+		{"ListDirs", testListDirs},
 		{"DeleteIdempotent", testDelete},
 		{"CreateOnly", testCreateOnly},
 		{"CreateOnlyConcurrent", testCreateOnlyConcurrent},
@@ -278,6 +279,43 @@ func testList(t *testing.T, s storage.Store) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// testListDirs: storage.ListDirs gives the objects directly under a
+// prefix and each folder beneath it once, in lexical order, whether the
+// store lists one level itself (storage.DirLister) or in full, and so
+// does the store wrapped as commands wrap it.
+func testListDirs(t *testing.T, s storage.Store) {
+	keys := []string{"a-c", "a.x", "a/b", "a/c/d", "a/c/e", "a0", "ab", "b", "manifests/000100-0.json", "manifests/000200-0.json"}
+	for i, k := range keys {
+		put(t, s, k, Data(uint64(i), i+1), int64(i+1), storage.PutOptions{})
+	}
+	wrapped := storage.Retry(storage.Recover(storage.Limit(s, 1<<30)), storage.RetryPolicy{})
+	for _, tc := range []struct {
+		prefix string
+		want   []string
+	}{
+		{"", []string{"a-c", "a.x", "a/", "a0", "ab", "b", "manifests/"}},
+		{"a", []string{"a-c", "a.x", "a/", "a0", "ab"}},
+		{"a/", []string{"a/b", "a/c/"}},
+		{"a/c/", []string{"a/c/d", "a/c/e"}},
+		{"manifests/", []string{"manifests/000100-0.json", "manifests/000200-0.json"}},
+		{"zzz", nil},
+	} {
+		for name, st := range map[string]storage.Store{"store": s, "wrapped": wrapped} {
+			var got []string
+			err := storage.ListDirs(context.Background(), st, tc.prefix, func(oi storage.ObjectInfo) error {
+				got = append(got, oi.Key)
+				if folder := storage.IsFolder(oi); !folder && (oi.Size == 0 || oi.ModTime.IsZero()) {
+					return fmt.Errorf("object %+v: want its size and time", oi)
+				}
+				return nil
+			})
+			if err != nil || !slices.Equal(got, tc.want) {
+				t.Errorf("ListDirs(%q) of the %s = %q, %v; want %q", tc.prefix, name, got, err, tc.want)
+			}
+		}
 	}
 }
 
