@@ -15,11 +15,11 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/agent"
 	"github.com/lifeboat-project/lifeboat/checkpoint"
+	lbpipeline "github.com/lifeboat-project/lifeboat/pipeline"
 	"github.com/lifeboat-project/lifeboat/resume"
 	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/watch"
@@ -79,128 +79,6 @@ func allRanks(v string) (bool, error) {
 	return false, usageError{fmt.Errorf("--restore-ranks (LIFEBOAT_RESTORE_RANKS) is %q; use own or all", v)}
 }
 
-// restoreLatest restores the newest complete checkpoint of rank into dir,
-// falling back to older ones on corruption, and writes the resume file (a
-// failure to is logged: the trainer is told by its variables). nil, nil,
-// nil means there is none: a fresh start.
-func restoreLatest(ctx context.Context, s storage.Store, dir string, ro rankOptions, tune restoreTuning, all bool, log *slog.Logger, progressTo io.Writer) (*resume.Point, *checkpoint.RestoreResult, error) {
-	r, res, err := restoreLatestEvery(ctx, s, dir, ro, tune, all, log, progressTo, 5*time.Second)
-	if r != nil {
-		writeResumeFile(dir, r, log)
-	}
-	return r, res, err
-}
-
-// restoreLatestEvery is restoreLatest reporting progress to progressTo (a
-// bar on a terminal) or, every interval, to log, without writing the
-// resume file. With all, it restores every rank's files of the newest
-// complete step of any world size into --dir/.lifeboat-ranks
-// (checkpoint.RestoreOptions.AllRanks).
-func restoreLatestEvery(ctx context.Context, s storage.Store, dir string, ro rankOptions, tune restoreTuning, all bool, log *slog.Logger, progressTo io.Writer, interval time.Duration) (*resume.Point, *checkpoint.RestoreResult, error) {
-	t0 := time.Now()
-	pr := newProgress(progressTo, log, interval)
-	res, err := checkpoint.RestoreLatest(ctx, s, ro.rank, dir, checkpoint.RestoreOptions{WorldSize: ro.worldSize, Workers: tune.workers, Check: tune.check, Log: log, Progress: pr.update, AllRanks: all})
-	pr.stop()
-	if res != nil {
-		for _, f := range res.Fallbacks {
-			log.Warn("resume.fallback", "skipped_step", f.Step, "reason", f.Err.Error())
-		}
-	}
-	switch {
-	case errors.Is(err, checkpoint.ErrNothingRestorable):
-		// Failing the start would fail every retry the same way and wedge
-		// the Job: the trainer starts fresh, loudly. Nothing in the store
-		// is deleted to make room for the new run's checkpoints.
-		hint := "see each resume.fallback line; the steps stay in the store"
-		if errors.Is(err, checkpoint.ErrTooBig) || errors.Is(err, syscall.ENOSPC) {
-			hint = "make --dir's volume larger; the steps stay in the store"
-		}
-		log.Warn("resume.fresh_start", "store", s.String(), "reason", err.Error(), "hint", hint)
-		_ = resume.Remove(dir) // an earlier restore's file must not be resumed
-		return nil, nil, nil
-	case errors.Is(err, checkpoint.ErrNoCheckpoint):
-		if other := otherWorldSizes(ctx, s, ro.worldSize); other != "" {
-			log.Warn("resume.fresh_start", "store", s.String(), "reason", "no complete checkpoint for world size "+strconv.Itoa(ro.worldSize),
-				"complete_for_world_sizes", other,
-				"hint", "run with the world size those steps were saved with (--world-size); or, if the format reshards on load, load every old rank's files with --restore-ranks all; or start this world size fresh on purpose with --restore never")
-		} else {
-			log.Info("resume.fresh_start", "store", s.String(), "reason", err.Error())
-		}
-		_ = resume.Remove(dir) // an earlier restore's file must not be resumed
-		return nil, nil, nil
-	case err != nil:
-		return nil, nil, fmt.Errorf("restore from %s into %s: %w", s, dir, err)
-	}
-	logMovedAside(log, dir, res)
-	r := resume.Restored(dir, res, all)
-	el := time.Since(t0)
-	log.Info("resume.restored", "step", res.Step, "rank", ro.rank, "files", res.Files, "bytes", res.Bytes,
-		"seconds", el.Seconds(), "mb_per_s", float64(res.Bytes)/1e6/max(el.Seconds(), 1e-9), "dir", r.Dir, "manifest_id", r.ID, "line", checkpoint.ShortLine(res.Line),
-		"verify_restore", tune.check.String(), "chunks_crc32c", res.Checked.CRC32C, "chunks_sha256", res.Checked.SHA256)
-	return r, res, nil
-}
-
-// maxLoggedPaths bounds the paths one log line lists.
-const maxLoggedPaths = 20
-
-// logMovedAside logs what a restore moved out of the restored
-// checkpoint's directory (checkpoint.RestoreResult.MovedAside), if
-// anything.
-func logMovedAside(log *slog.Logger, dir string, res *checkpoint.RestoreResult) {
-	if res == nil || len(res.MovedAside) == 0 {
-		return
-	}
-	paths := res.MovedAside[:min(len(res.MovedAside), maxLoggedPaths)]
-	log.Warn("resume.moved_aside", "to", filepath.Join(dir, filepath.FromSlash(res.Aside)), "entries", len(res.MovedAside), "paths", paths,
-		"reason", "the restored checkpoint's directory held these beyond the snapshot; the resume directory holds the snapshot and nothing else")
-}
-
-// finishInterrupted finishes a restore into dir that a kill cut short
-// while it moved files into place (checkpoint.FinishInterrupted), writes
-// the resume file for it, and returns what the trainer resumes from: the
-// restored checkpoint, whole. nil when there was none, or when it could
-// not be finished (then its files are moved aside, and logged).
-func finishInterrupted(dir string, log *slog.Logger) *resume.Point {
-	res, err := checkpoint.FinishInterrupted(dir)
-	if err != nil {
-		args := []any{"dir", dir, "err", err.Error(), "effect", "its files are moved aside; the checkpoint is restored anew"}
-		if res != nil && len(res.MovedAside) > 0 {
-			args = append(args, "to", filepath.Join(dir, filepath.FromSlash(res.Aside)), "entries", len(res.MovedAside))
-		}
-		log.Warn("resume.interrupted_restore_failed", args...)
-		return nil
-	}
-	if res == nil {
-		return nil
-	}
-	logMovedAside(log, dir, res)
-	r := resume.Restored(dir, res, len(res.Ranks) > 0)
-	writeResumeFile(dir, r, log)
-	log.Warn("resume.interrupted_restore_finished", "step", res.Step, "rank", res.Rank, "files", res.Files, "dir", r.Dir, "manifest_id", r.ID,
-		"reason", "a restore was killed while it moved files into place; the rest are moved now, so the checkpoint is whole before anything reads or uploads it")
-	return r
-}
-
-// readResumeFile reads what an earlier restore (an init container's)
-// wrote into dir; nil when there is none or it cannot be read.
-func readResumeFile(dir string, log *slog.Logger) *resume.Point {
-	r, err := resume.Read(dir)
-	if err != nil {
-		log.Warn("resume.bad_file", "path", filepath.Join(dir, resume.FileName), "err", err)
-		return nil
-	}
-	return r
-}
-
-// writeResumeFile writes r into dir's resume file, for a trainer started
-// elsewhere (lifeboat run --restore never after an init container); a
-// failure is logged, the restore stands.
-func writeResumeFile(dir string, r *resume.Point, log *slog.Logger) {
-	if err := resume.Write(dir, r); err != nil {
-		log.Warn("resume.write_file_failed", "err", err)
-	}
-}
-
 // pipeline is the checkpoint machinery of one lifeboat: the store, what was
 // restored, and the agent that uploads.
 type pipeline struct {
@@ -234,7 +112,10 @@ func (p *pipeline) beforeRestart(ctx context.Context, attempt int) ([]string, er
 		p.log.Warn("resume.sync_failed", "err", err, "effect", "restarting from the newest committed checkpoint")
 	}
 	t0 := time.Now()
-	r, res, err := restoreLatest(ctx, p.store, p.dir, p.ranks, restoreTuning{p.workers, p.check}, p.allRanks, p.log, io.Discard)
+	r, res, err := lbpipeline.Restore(ctx, p.store, p.dir, p.restoreConfig(io.Discard))
+	if r != nil {
+		lbpipeline.WriteResumeFile(p.dir, r, p.log)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -245,6 +126,13 @@ func (p *pipeline) beforeRestart(ctx context.Context, attempt int) ([]string, er
 	// Nothing restored: the run goes on with its line (a fresh start's
 	// line is carried across the restarts of the pod).
 	return r.Env(), nil
+}
+
+// restoreConfig is how the pipeline restores, with progress to
+// progressTo (a bar on a terminal) or the log.
+func (p *pipeline) restoreConfig(progressTo io.Writer) lbpipeline.RestoreConfig {
+	return lbpipeline.RestoreConfig{Rank: p.ranks.rank, WorldSize: p.ranks.worldSize, AllRanks: p.allRanks, Workers: p.workers, Check: p.check,
+		Log: p.log, ProgressTo: progressTo}
 }
 
 // newPipeline opens the store, restores (unless told not to) and builds the
@@ -293,7 +181,7 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	var finished *resume.Point // a restore a kill cut short, finished now
 	finishedAt := time.Now()
 	if !co.sidecar {
-		finished = finishInterrupted(dir, log)
+		finished = lbpipeline.FinishInterrupted(dir, log)
 		removed, err := checkpoint.RemoveStaleRestores(dir)
 		if len(removed) > 0 {
 			log.Info("resume.stale_removed", "dir", dir, "entries", removed,
@@ -322,52 +210,13 @@ func newPipeline(ctx context.Context, so *storeOptions, co *checkpointOptions, r
 	if err != nil {
 		return nil, fmt.Errorf("list checkpoints in %s: %w", s, err)
 	}
-	var line checkpoint.LineScope
-	restoredAt := time.Time{}
-	switch {
-	case finished != nil:
-		// The restore that was cut short is the one that was chosen:
-		// its checkpoint is neither new work nor taken as newer, and its
-		// line is continued.
-		p.resume, p.resumeSource, restoredAt = finished, resume.SourceStore, finishedAt
-		line = checkpoint.ContinueFrom(&checkpoint.StepRef{Line: finished.Line, Step: finished.Step, WorldSize: ro.worldSize}, ro.worldSize, nil)
-	case co.restore == "auto":
-		local, why, newest := resume.NewerLocal(w, snaps, ro.worldSize, co.verifyFormat != "off", log)
-		if local != nil {
-			var from *checkpoint.StepRef
-			if newest != nil {
-				from = &checkpoint.StepRef{Line: newest.Line, Step: newest.Step, WorldSize: newest.WorldSize}
-			}
-			line = checkpoint.ContinueFrom(from, ro.worldSize, nil)
-			p.resume, p.resumeSource = resume.Local(dir, *local, line.Line, why), resume.SourceLocal
-			writeResumeFile(dir, p.resume, log)
-			break
-		}
-		t0 := time.Now()
-		var res *checkpoint.RestoreResult
-		p.resume, res, err = restoreLatest(ctx, s, dir, ro, restoreTuning{co.workers, co.verify.check}, all, log, progressTo)
-		if err != nil {
-			return nil, err
-		}
-		line = checkpoint.Continue(res, ro.worldSize)
-		p.resumeSource, p.resumeSeconds, restoredAt = resume.SourceStore, time.Since(t0).Seconds(), t0
-	default:
-		// An init container may have restored (lifeboat restore): its
-		// files are not new checkpoints, and its line is continued.
-		p.resume = readResumeFile(dir, log)
-		p.resumeSource = resume.SourceInit
-		var from *checkpoint.StepRef
-		if p.resume != nil {
-			p.resume.Source, restoredAt = resume.SourceInit, p.resume.Written
-			from = &checkpoint.StepRef{Line: p.resume.Line, Step: p.resume.Step, WorldSize: ro.worldSize}
-		}
-		line = checkpoint.ContinueFrom(from, ro.worldSize, nil)
-		if n := checkpoint.Newest(snaps, ro.worldSize); p.resume == nil && n != nil && !co.sidecar {
-			log.Warn("resume.fresh_start", "store", s.String(),
-				"reason", fmt.Sprintf("--restore never and no resume file from lifeboat restore, although the store holds complete step %d of this world size (line %s)", n.Step, checkpoint.ShortLine(n.Line)),
-				"hint", "the trainer starts a new line of work beside it; set --restore auto to resume it; lifeboat ls shows the lines")
-		}
+	got, err := lbpipeline.Resume(ctx, s, w, snaps, lbpipeline.ResumeConfig{RestoreConfig: p.restoreConfig(progressTo), Dir: dir,
+		Restore: co.restore == "auto", Sidecar: co.sidecar, VerifyFormat: co.verifyFormat != "off", Finished: finished, FinishedAt: finishedAt})
+	if err != nil {
+		return nil, err
 	}
+	p.resume, p.resumeSource, p.resumeSeconds = got.Point, got.Source, got.Seconds
+	line, restoredAt := got.Line, got.At
 	// A fresh start beside complete steps in the store stays visible.
 	if p.resume == nil {
 		p.freshOver = checkpoint.Newest(snaps, 0)
@@ -480,21 +329,4 @@ func fromString(f *checkpoint.StepRef) string {
 		return "a fresh start"
 	}
 	return f.String()
-}
-
-// otherWorldSizes lists the world sizes other than worldSize that the
-// store holds complete steps for, each with the step a restore of that
-// size takes first ("2 (newest step 5031), 4 (...)"), or "".
-func otherWorldSizes(ctx context.Context, s storage.Store, worldSize int) string {
-	snaps, err := checkpoint.List(ctx, s)
-	if err != nil {
-		return ""
-	}
-	var parts []string
-	for _, n := range checkpoint.NewestByWorldSize(snaps) {
-		if n.WorldSize != worldSize {
-			parts = append(parts, fmt.Sprintf("%d (newest step %d)", n.WorldSize, n.Step))
-		}
-	}
-	return strings.Join(parts, ", ")
 }
