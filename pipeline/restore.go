@@ -85,7 +85,7 @@ func Restore(ctx context.Context, s storage.Store, dir string, c RestoreConfig) 
 func restoreAndHandOn(ctx context.Context, s storage.Store, dir string, c RestoreConfig) (*resume.Point, *checkpoint.RestoreResult, error) {
 	r, res, err := Restore(ctx, s, dir, c)
 	if r != nil {
-		WriteResumeFile(dir, r, c.Log)
+		writeResumeFile(dir, r, c.Log)
 	}
 	return r, res, err
 }
@@ -160,7 +160,7 @@ func FinishInterrupted(dir string, log *slog.Logger) *resume.Point {
 	}
 	logMovedAside(log, dir, res)
 	r := resume.Restored(dir, res, len(res.Ranks) > 0)
-	WriteResumeFile(dir, r, log)
+	writeResumeFile(dir, r, log)
 	log.Warn("resume.interrupted_restore_finished", "step", res.Step, "rank", res.Rank, "files", res.Files, "dir", r.Dir, "manifest_id", r.ID,
 		"reason", "a restore was killed while it moved files into place; the rest are moved now, so the checkpoint is whole before anything reads or uploads it")
 	return r
@@ -177,10 +177,10 @@ func readResumeFile(dir string, log *slog.Logger) *resume.Point {
 	return r
 }
 
-// WriteResumeFile writes r into dir's resume file, for a trainer started
+// writeResumeFile writes r into dir's resume file, for a trainer started
 // elsewhere (lifeboat run --restore never after an init container); a
 // failure is logged, the restore stands.
-func WriteResumeFile(dir string, r *resume.Point, log *slog.Logger) {
+func writeResumeFile(dir string, r *resume.Point, log *slog.Logger) {
 	if err := resume.Write(dir, r); err != nil {
 		log.Warn("resume.write_file_failed", "err", err)
 	}

@@ -142,7 +142,7 @@ func TestRestoreFreshRemovesResumeFile(t *testing.T) {
 	}
 }
 
-// TestResumeDoesWhatItDecides: Resume restores the store's newest with
+// TestResumeDoesWhatItDecides: resumeAtStart restores the store's newest with
 // restore auto and writes the resume file; with restore never it hands on
 // that file as an init container's, continuing its line; over the same
 // store without the file it starts a new line, with a WARN.
@@ -162,8 +162,8 @@ func TestResumeDoesWhatItDecides(t *testing.T) {
 	}
 	log, out := newLog()
 	rc := RestoreConfig{WorldSize: 1, Log: log}
-	w := newWatcher(t, dir, log)
-	got, err := Resume(ctx, s, w, snaps, ResumeConfig{RestoreConfig: rc, Dir: dir, Restore: true})
+	w := watcherFor(t, dir, log)
+	got, err := resumeAtStart(ctx, s, w, snaps, resumeConfig{RestoreConfig: rc, Dir: dir, Restore: true})
 	if err != nil || got.Point == nil || got.Point.Step != 40 || got.Source != resume.SourceStore || got.Line.Line != line || got.At.IsZero() {
 		t.Fatalf("restore auto: %+v, %v; want step 40 restored from the store, line %s\n%s", got, err, line, out)
 	}
@@ -171,7 +171,7 @@ func TestResumeDoesWhatItDecides(t *testing.T) {
 	if err != nil || file == nil || file.Step != 40 {
 		t.Fatalf("resume file after restore auto: %+v, %v; want step 40", file, err)
 	}
-	got, err = Resume(ctx, s, w, snaps, ResumeConfig{RestoreConfig: rc, Dir: dir})
+	got, err = resumeAtStart(ctx, s, w, snaps, resumeConfig{RestoreConfig: rc, Dir: dir})
 	if err != nil || got.Point == nil || got.Point.Step != 40 || got.Source != resume.SourceInit || got.Point.Source != resume.SourceInit || got.Line.Line != line {
 		t.Fatalf("restore never with the file: %+v, %v; want step 40 handed on, line %s", got, err, line)
 	}
@@ -181,7 +181,7 @@ func TestResumeDoesWhatItDecides(t *testing.T) {
 	if err := resume.Remove(dir); err != nil {
 		t.Fatal(err)
 	}
-	got, err = Resume(ctx, s, w, snaps, ResumeConfig{RestoreConfig: rc, Dir: dir})
+	got, err = resumeAtStart(ctx, s, w, snaps, resumeConfig{RestoreConfig: rc, Dir: dir})
 	if err != nil || got.Point != nil || got.Line.Line == line || got.Line.From != nil {
 		t.Fatalf("restore never without the file: %+v, %v; want a fresh start on a new line", got, err)
 	}
@@ -190,8 +190,8 @@ func TestResumeDoesWhatItDecides(t *testing.T) {
 	}
 }
 
-// newWatcher watches dir with the default rules.
-func newWatcher(t *testing.T, dir string, log *slog.Logger) *watch.Watcher {
+// watcherFor watches dir with the default rules.
+func watcherFor(t *testing.T, dir string, log *slog.Logger) *watch.Watcher {
 	t.Helper()
 	w, err := watch.New(watch.Config{Dir: dir, Log: log})
 	if err != nil {

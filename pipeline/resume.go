@@ -10,8 +10,8 @@ import (
 	"github.com/lifeboat-project/lifeboat/watch"
 )
 
-// ResumeConfig is what a start needs to know to resume.
-type ResumeConfig struct {
+// resumeConfig is what a start needs to know to resume.
+type resumeConfig struct {
 	RestoreConfig
 	Dir string
 	// Restore, Sidecar: Facts.Restore and Facts.Sidecar.
@@ -26,9 +26,9 @@ type ResumeConfig struct {
 	FinishedAt time.Time
 }
 
-// Resumed is what the trainer resumes from, and the line the run
+// resumed is what the trainer resumes from, and the line the run
 // continues.
-type Resumed struct {
+type resumed struct {
 	Point *resume.Point // nil: a fresh start
 	// Source is resume.SourceStore, SourceLocal or SourceInit: where
 	// Point came from, or would have.
@@ -40,12 +40,12 @@ type Resumed struct {
 	Line    checkpoint.LineScope
 }
 
-// Resume decides what the trainer resumes from at start-up (Decide) and
+// resumeAtStart decides what the trainer resumes from at start-up (Decide) and
 // does it: it asks w for a checkpoint in the directory newer than the
 // store's, or reads the resume file, as the decision needs (Wants), and
 // restores from s when it decides to, writing the resume file for what it
 // resumes. snaps is s's listing.
-func Resume(ctx context.Context, s storage.Store, w *watch.Watcher, snaps []checkpoint.Snapshot, c ResumeConfig) (Resumed, error) {
+func resumeAtStart(ctx context.Context, s storage.Store, w *watch.Watcher, snaps []checkpoint.Snapshot, c resumeConfig) (resumed, error) {
 	f := Facts{Restore: c.Restore, Sidecar: c.Sidecar, Dir: c.Dir, WorldSize: c.WorldSize, Finished: c.Finished, Snaps: snaps}
 	local, file := Wants(c.Restore, c.Finished != nil)
 	if local {
@@ -57,22 +57,22 @@ func Resume(ctx context.Context, s storage.Store, w *watch.Watcher, snaps []chec
 	d := Decide(f)
 	switch d.Step {
 	case StepFinished:
-		return Resumed{Point: d.Point, Source: resume.SourceStore, At: c.FinishedAt, Line: d.Line}, nil
+		return resumed{Point: d.Point, Source: resume.SourceStore, At: c.FinishedAt, Line: d.Line}, nil
 	case StepLocal:
-		WriteResumeFile(c.Dir, d.Point, c.Log)
-		return Resumed{Point: d.Point, Source: resume.SourceLocal, Line: d.Line}, nil
+		writeResumeFile(c.Dir, d.Point, c.Log)
+		return resumed{Point: d.Point, Source: resume.SourceLocal, Line: d.Line}, nil
 	case StepRestore:
 		t0 := time.Now()
 		r, res, err := restoreAndHandOn(ctx, s, c.Dir, c.RestoreConfig)
 		if err != nil {
-			return Resumed{}, err
+			return resumed{}, err
 		}
-		return Resumed{Point: r, Source: resume.SourceStore, Seconds: time.Since(t0).Seconds(), At: t0, Line: checkpoint.Continue(res, c.WorldSize)}, nil
+		return resumed{Point: r, Source: resume.SourceStore, Seconds: time.Since(t0).Seconds(), At: t0, Line: checkpoint.Continue(res, c.WorldSize)}, nil
 	case StepHandOn:
-		return Resumed{Point: d.Point, Source: resume.SourceInit, At: d.Point.Written, Line: d.Line}, nil
+		return resumed{Point: d.Point, Source: resume.SourceInit, At: d.Point.Written, Line: d.Line}, nil
 	}
 	if d.Fresh != nil {
 		logFresh(c.Log, s, d.Fresh)
 	}
-	return Resumed{Source: resume.SourceInit, Line: d.Line}, nil
+	return resumed{Source: resume.SourceInit, Line: d.Line}, nil
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
 	"github.com/lifeboat-project/lifeboat/internal/printable"
-	lbpipeline "github.com/lifeboat-project/lifeboat/pipeline"
+	"github.com/lifeboat-project/lifeboat/pipeline"
 	"github.com/lifeboat-project/lifeboat/resume"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
@@ -85,7 +85,7 @@ func runRestore(ctx context.Context, o *restoreOptions) error {
 	if err := os.MkdirAll(o.dir, 0o755); err != nil {
 		return fmt.Errorf("create --dir %s: %v", o.dir, err)
 	}
-	lbpipeline.FinishInterrupted(o.dir, log) // then restored again below, as asked
+	pipeline.FinishInterrupted(o.dir, log) // then restored again below, as asked
 	if removed, err := checkpoint.RemoveStaleRestores(o.dir); len(removed) > 0 || err != nil {
 		log.Info("resume.stale_removed", "dir", o.dir, "entries", removed, "err", err,
 			"reason", "left by a restore that was killed before it could clean up")
@@ -107,10 +107,10 @@ func runRestore(ctx context.Context, o *restoreOptions) error {
 		return err
 	}
 	t0 := time.Now()
-	rc := lbpipeline.RestoreConfig{Rank: o.ranks.rank, WorldSize: o.ranks.worldSize, AllRanks: all, Workers: o.workers, Check: o.verify.check,
+	rc := pipeline.RestoreConfig{Rank: o.ranks.rank, WorldSize: o.ranks.worldSize, AllRanks: all, Workers: o.workers, Check: o.verify.check,
 		Log: log, ProgressTo: o.common.stderr, ProgressEvery: o.interval}
 	if o.step >= 0 {
-		r, res, err := lbpipeline.RestoreStep(ctx, s, o.dir, o.step, rc)
+		r, res, err := pipeline.RestoreStep(ctx, s, o.dir, o.step, rc)
 		if serr := stopped("restore", err); serr != nil {
 			return serr
 		}
@@ -124,7 +124,7 @@ func runRestore(ctx context.Context, o *restoreOptions) error {
 		o.kube.restored(ctx, log, res.Step, time.Since(t0).Seconds())
 		return nil
 	}
-	r, _, err := lbpipeline.Restore(ctx, s, o.dir, rc)
+	r, _, err := pipeline.Restore(ctx, s, o.dir, rc)
 	if serr := stopped("restore", err); serr != nil {
 		return serr
 	}
