@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/lifeboat-project/lifeboat/coord"
+	"github.com/lifeboat-project/lifeboat/pipeline"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
 
@@ -21,18 +22,18 @@ const codeRankClaimed = 78
 // pods of a single-rank job mix as two pods of rank 1 do): the claim is
 // written and the rank's claims listed before the agent commits anything,
 // and every manifest waits for the claim's Fence. It returns nil when off.
-func (o *coordOptions) claim(ctx context.Context, p *pipeline, log *slog.Logger) (*coord.Claim, error) {
+func (o *coordOptions) claim(ctx context.Context, p *pipeline.Pipeline, log *slog.Logger) (*coord.Claim, error) {
 	if p == nil || o.interval == 0 {
 		return nil, nil
 	}
 	host, _ := os.Hostname()
-	c, err := coord.NewClaim(coord.ClaimConfig{Store: p.store, Rank: p.ranks.rank, WorldSize: p.ranks.worldSize, Host: host,
+	c, err := coord.NewClaim(coord.ClaimConfig{Store: p.Store, Rank: p.Rank, WorldSize: p.WorldSize, Host: host,
 		Interval: o.interval, Started: processStarted, Log: log})
 	if err != nil {
 		return nil, err
 	}
 	c.Start(ctx)
-	p.uploader.Fence = c.Fence
+	p.Uploader.Fence = c.Fence
 	go c.Loop(ctx)
 	return c, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lifeboat-project/lifeboat/agent"
 	"github.com/lifeboat-project/lifeboat/coord"
+	"github.com/lifeboat-project/lifeboat/pipeline"
 	"github.com/lifeboat-project/lifeboat/signals"
 	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/supervisor"
@@ -63,20 +64,20 @@ type jobStop struct {
 // begin. Its looks at the stop flag are passed on to cl, this rank's
 // claim (nil: none), which then asks the store for nothing more while
 // all is settled.
-func (o *coordOptions) start(ctx context.Context, cfg *supervisor.Config, p *pipeline, cl *coord.Claim) (*jobStop, error) {
-	if p == nil || p.ranks.worldSize < 2 || o.interval == 0 {
+func (o *coordOptions) start(ctx context.Context, cfg *supervisor.Config, p *pipeline.Pipeline, cl *coord.Claim) (*jobStop, error) {
+	if p == nil || p.WorldSize < 2 || o.interval == 0 {
 		return nil, nil
 	}
 	host, _ := os.Hostname()
-	c, err := coord.New(coord.Config{Store: p.store, Rank: p.ranks.rank, WorldSize: p.ranks.worldSize, Host: host,
-		Interval: o.interval, Started: processStarted, Dir: p.dir, StepWait: cfg.Grace / 4, Log: cfg.Log, Claim: cl})
+	c, err := coord.New(coord.Config{Store: p.Store, Rank: p.Rank, WorldSize: p.WorldSize, Host: host,
+		Interval: o.interval, Started: processStarted, Dir: p.Dir, StepWait: cfg.Grace / 4, Log: cfg.Log, Claim: cl})
 	if err != nil {
 		return nil, err
 	}
 	j := &jobStop{c: c, log: cfg.Log}
 	go c.Run(ctx)
 	cfg.Notices = j.merge(ctx, cfg.Notices)
-	cfg.Env = supervisor.MergeEnv(cfg.Env, []string{"LIFEBOAT_STOP_FILE=" + filepath.Join(p.dir, coord.StopFile)})
+	cfg.Env = supervisor.MergeEnv(cfg.Env, []string{"LIFEBOAT_STOP_FILE=" + filepath.Join(p.Dir, coord.StopFile)})
 	return j, nil
 }
 
@@ -116,13 +117,13 @@ func (o *coordOptions) stoppedDuringStartup(st storage.Store, ro rankOptions, si
 // stop file in --dir (lifeboat.stop_requested(), LIFEBOAT_STOP_FILE) and
 // saves; the sidecar uploads until its own stop, as before. Its looks at
 // the stop flag are passed on to cl, as start's are.
-func (o *coordOptions) startSidecar(ctx context.Context, p *pipeline, cl *coord.Claim, log *slog.Logger) (*jobStop, error) {
-	if p.ranks.worldSize < 2 || o.interval == 0 {
+func (o *coordOptions) startSidecar(ctx context.Context, p *pipeline.Pipeline, cl *coord.Claim, log *slog.Logger) (*jobStop, error) {
+	if p.WorldSize < 2 || o.interval == 0 {
 		return nil, nil
 	}
 	host, _ := os.Hostname()
-	c, err := coord.New(coord.Config{Store: p.store, Rank: p.ranks.rank, WorldSize: p.ranks.worldSize, Host: host,
-		Interval: o.interval, Started: processStarted, Dir: p.dir, Log: log, Claim: cl})
+	c, err := coord.New(coord.Config{Store: p.Store, Rank: p.Rank, WorldSize: p.WorldSize, Host: host,
+		Interval: o.interval, Started: processStarted, Dir: p.Dir, Log: log, Claim: cl})
 	if err != nil {
 		return nil, err
 	}

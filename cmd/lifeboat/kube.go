@@ -13,6 +13,7 @@ import (
 	"github.com/lifeboat-project/lifeboat/checkpoint"
 	"github.com/lifeboat-project/lifeboat/coord"
 	"github.com/lifeboat-project/lifeboat/kube"
+	"github.com/lifeboat-project/lifeboat/pipeline"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
 
@@ -198,18 +199,18 @@ func (o *kubeOptions) start(ctx context.Context, log *slog.Logger, graceAuto boo
 
 // watch has the pipeline's agent report to the pod, and reports the
 // restore it did before the trainer started.
-func (o *kubeOptions) watch(p *pipeline) {
+func (o *kubeOptions) watch(p *pipeline.Pipeline) {
 	if o.rec == nil || p == nil {
 		return
 	}
-	if p.resume != nil {
-		o.rec.Restored(p.resume.Step, p.resumeSource, p.resumeSeconds)
+	if p.Resume != nil {
+		o.rec.Restored(p.Resume.Step, p.ResumeSource, p.ResumeSeconds)
 	}
-	if n := p.freshOver; n != nil {
+	if n := p.FreshOver; n != nil {
 		o.rec.FreshStartOverProgress(n.Step, checkpoint.ShortLine(n.Line))
 	}
 	rec := o.rec
-	p.agent.Notify(func(e agent.Event) {
+	p.Agent.Notify(func(e agent.Event) {
 		switch e.Kind {
 		case agent.EventCommitted:
 			rec.Committed(e.Step, e.Bytes, e.Seconds, e.Saved, e.Final)

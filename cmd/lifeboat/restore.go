@@ -12,6 +12,7 @@ import (
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
 	"github.com/lifeboat-project/lifeboat/internal/printable"
+	"github.com/lifeboat-project/lifeboat/pipeline"
 	"github.com/lifeboat-project/lifeboat/resume"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
@@ -84,7 +85,7 @@ func runRestore(ctx context.Context, o *restoreOptions) error {
 	if err := os.MkdirAll(o.dir, 0o755); err != nil {
 		return fmt.Errorf("create --dir %s: %v", o.dir, err)
 	}
-	finishInterrupted(o.dir, log) // then restored again below, as asked
+	pipeline.FinishInterrupted(o.dir, log) // then restored again below, as asked
 	if removed, err := checkpoint.RemoveStaleRestores(o.dir); len(removed) > 0 || err != nil {
 		log.Info("resume.stale_removed", "dir", o.dir, "entries", removed, "err", err,
 			"reason", "left by a restore that was killed before it could clean up")
@@ -106,29 +107,24 @@ func runRestore(ctx context.Context, o *restoreOptions) error {
 		return err
 	}
 	t0 := time.Now()
+	rc := pipeline.RestoreConfig{Rank: o.ranks.rank, WorldSize: o.ranks.worldSize, AllRanks: all, Workers: o.workers, Check: o.verify.check,
+		Log: log, ProgressTo: o.common.stderr, ProgressEvery: o.interval}
 	if o.step >= 0 {
-		pr := newProgress(o.common.stderr, log, o.interval)
-		ws := o.ranks.worldSize
-		if all {
-			ws = 0 // the step's own world size
-		}
-		res, err := checkpoint.Restore(ctx, s, o.step, o.ranks.rank, o.dir, checkpoint.RestoreOptions{WorldSize: ws, Workers: o.workers, Check: o.verify.check, Log: log, Progress: pr.update, AllRanks: all})
-		pr.stop()
+		r, res, err := pipeline.RestoreStep(ctx, s, o.dir, o.step, rc)
 		if serr := stopped("restore", err); serr != nil {
 			return serr
 		}
 		if err != nil {
 			return fmt.Errorf("step %d: %w", o.step, err)
 		}
-		logMovedAside(log, o.dir, res)
-		if err := handOn(o.dir, resume.Restored(o.dir, res, all)); err != nil {
+		if err := handOn(o.dir, r); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "restored step %d (%d files, %d bytes) into %s\n", res.Step, res.Files, res.Bytes, printable.String(res.Dir))
 		o.kube.restored(ctx, log, res.Step, time.Since(t0).Seconds())
 		return nil
 	}
-	r, _, err := restoreLatestEvery(ctx, s, o.dir, o.ranks, restoreTuning{o.workers, o.verify.check}, all, log, o.common.stderr, o.interval)
+	r, _, err := pipeline.Restore(ctx, s, o.dir, rc)
 	if serr := stopped("restore", err); serr != nil {
 		return serr
 	}
@@ -157,13 +153,6 @@ func handOn(dir string, r *resume.Point) error {
 		return fmt.Errorf("restored step %d, but %w; lifeboat run --restore never learns from that file what was restored, and without it the trainer would start fresh and everything in --dir would be uploaded as new work: free that path (or the volume) and run lifeboat restore again", r.Step, err)
 	}
 	return nil
-}
-
-// restoreTuning is how a restore downloads and checks chunks: --workers
-// and --verify-restore.
-type restoreTuning struct {
-	workers int
-	check   checkpoint.Check
 }
 
 // checkFlag is --verify-restore: how a restore checks each chunk it

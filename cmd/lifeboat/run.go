@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/lifeboat-project/lifeboat/pipeline"
 	"github.com/lifeboat-project/lifeboat/signals"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
@@ -232,7 +233,7 @@ func runRun(ctx context.Context, o *runOptions) error {
 		}
 		return supervise(supervision, cfg, nil, o)
 	}
-	p, err := newPipeline(ctx, &o.store, &o.checkpoint, o.ranks, log, o.common.stderr)
+	p, err := openPipeline(ctx, &o.store, &o.checkpoint, o.ranks, log, o.common.stderr)
 	if code, stopped := stoppedDuringStartup(startup, "store open and restore", err, log, cfg.TerminationLog, cfg.TerminationLogCreate, preemptCode); stopped {
 		o.coord.stoppedDuringStartup(o.store.opened, o.ranks, startup.stop(), cfg.Grace, log)
 		return &codeError{code: code}
@@ -247,7 +248,7 @@ func runRun(ctx context.Context, o *runOptions) error {
 // checkpoint pipeline, its agent uploads in the background, the grace
 // budget keeps a reserve for the final upload, and the final upload runs
 // when the trainer's tree is gone. Metrics and notices run alongside.
-func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOptions) error {
+func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline.Pipeline, o *runOptions) error {
 	obs := &o.observe
 	bg, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -258,7 +259,7 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 	defer o.kube.close()
 	o.kube.watch(p)
 	if p != nil {
-		cfg.Env = supervisor.MergeEnv(cfg.Env, p.env)
+		cfg.Env = supervisor.MergeEnv(cfg.Env, p.Env)
 	}
 	gp, err := o.gpu.plan(cfg.Env, cfg.Log)
 	if err != nil {
@@ -321,7 +322,7 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 	// pod's annotations.
 	cfg.OnStop = func(reason string, end time.Time) {
 		if p != nil {
-			p.agent.Stopping()
+			p.Agent.Stopping()
 		}
 		m.SetGraceEnd(end)
 		js.begin(reason, end)
@@ -329,34 +330,34 @@ func supervise(ctx context.Context, cfg supervisor.Config, p *pipeline, o *runOp
 		o.kube.stopping(time.Now(), end)
 	}
 	if p != nil {
-		cfg.Reserve = p.agent.Reserve
-		cfg.BeforeRestart = p.beforeRestart
+		cfg.Reserve = p.Agent.Reserve
+		cfg.BeforeRestart = p.BeforeRestart
 		// The final upload, then the wait for this rank's stop record,
 		// both within the grace budget.
 		cfg.AfterExit = func(ctx context.Context, stopped bool) error {
-			err := p.agent.Flush(ctx)
+			err := p.Agent.Flush(ctx)
 			if err == nil {
-				js.common(ctx, p.agent)
+				js.common(ctx, p.Agent)
 			}
 			o.kube.flushed(stopped, err)
 			settleClaim(ctx, cl)
 			js.settle(ctx)
 			return err
 		}
-		cfg.FlushNote = p.agent.FlushNote
-		cfg.OnReap = p.agent.Reaped
-		cfg.BeforeKill = p.agent.Killing
+		cfg.FlushNote = p.Agent.FlushNote
+		cfg.OnReap = p.Agent.Reaped
+		cfg.BeforeKill = p.Agent.Killing
 		cfg.JobWideStop = js.joined
 		if js != nil {
 			cfg.PeerStop, cfg.OnFailure = js.check, js.fail
 		}
-		if p.resume != nil {
-			m.SetResume(p.resumeSource, p.resume.Step, p.resumeSeconds)
+		if p.Resume != nil {
+			m.SetResume(p.ResumeSource, p.Resume.Step, p.ResumeSeconds)
 		} else {
-			m.SetResume("none", -1, p.resumeSeconds)
+			m.SetResume("none", -1, p.ResumeSeconds)
 		}
-		m.SetFreshStartOverProgress(p.freshOverProgress)
-		go p.agent.Run(bg)
+		m.SetFreshStartOverProgress(p.FreshOver != nil)
+		go p.Agent.Run(bg)
 		go feedMetrics(bg, m, p, time.Second)
 	}
 	m.SetReady(true)

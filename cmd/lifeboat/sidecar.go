@@ -71,7 +71,7 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 	ctx, started := startup.during(ctx, nil)
 	defer started()
 	o.checkpoint.sidecar = true
-	p, err := newPipeline(ctx, &o.store, &o.checkpoint, o.ranks, log, o.common.stderr)
+	p, err := openPipeline(ctx, &o.store, &o.checkpoint, o.ranks, log, o.common.stderr)
 	if code, stopped := stoppedDuringStartup(startup, "store open", err, log, kubeTerminationLog, false, supervisor.DefaultPreemptExitCode); stopped {
 		return &codeError{code: code}
 	}
@@ -101,10 +101,10 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 		twin = cl.Conflict()
 	}
 	done := make(chan struct{})
-	go func() { p.agent.Run(agentCtx); close(done) }()
+	go func() { p.Agent.Run(agentCtx); close(done) }()
 	go feedMetrics(agentCtx, m, p, time.Second)
 	m.SetReady(true)
-	log.Info("sidecar.started", "store", p.store.String(), "dir", o.checkpoint.dir)
+	log.Info("sidecar.started", "store", p.Store.String(), "dir", o.checkpoint.dir)
 	var sig os.Signal
 	select {
 	case sig = <-sigs:
@@ -136,10 +136,10 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 	// The trainer, in another container, may still be writing: the final
 	// upload waits for it, keeping the upload's reserve (at most half the
 	// grace, as run does).
-	reserve, _ := p.agent.Reserve()
-	err = p.agent.FlushWhenWritten(fctx, end.Add(-min(reserve, o.grace/2)))
+	reserve, _ := p.Agent.Reserve()
+	err = p.Agent.FlushWhenWritten(fctx, end.Add(-min(reserve, o.grace/2)))
 	if err == nil || errors.Is(err, agent.ErrStillWriting) {
-		js.common(fctx, p.agent)
+		js.common(fctx, p.Agent)
 	}
 	js.settle(fctx)
 	settleClaim(fctx, cl)

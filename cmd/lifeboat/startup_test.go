@@ -152,25 +152,6 @@ func TestStopWhileRestoring(t *testing.T) {
 	})
 }
 
-// TestStaleRestoreRemoved: what an earlier restore killed outright (by
-// SIGKILL, so nothing could clean up) left in --dir is removed at start.
-func TestStaleRestoreRemoved(t *testing.T) {
-	root := t.TempDir()
-	dir := filepath.Join(root, "ckpt")
-	stale := filepath.Join(dir, ".lifeboat-restore-123456", "model.bin")
-	writeRandomFile(t, stale, 1<<20)
-	p := start(t, "plain", "run", "--store", "file://"+filepath.Join(root, "store"), "--dir", dir, "--", "true")
-	if code := p.wait(); code != 0 {
-		t.Fatalf("exit %d; stderr:\n%s", code, tail(p.stderr.String()))
-	}
-	if _, err := os.Stat(filepath.Dir(stale)); !os.IsNotExist(err) {
-		t.Errorf("the stale restore directory is still there (%v)", err)
-	}
-	if !strings.Contains(p.stderr.String(), `"msg":"resume.stale_removed"`) {
-		t.Errorf("no resume.stale_removed line; stderr:\n%s", tail(p.stderr.String()))
-	}
-}
-
 // writeRandomFile writes size random bytes to path, creating its directory.
 func writeRandomFile(t *testing.T, path string, size int) {
 	t.Helper()

@@ -5,14 +5,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/lifeboat-project/lifeboat/pipeline"
 	"github.com/lifeboat-project/lifeboat/storage"
-	_ "github.com/lifeboat-project/lifeboat/storage/fs" // registers file://
 	"github.com/lifeboat-project/lifeboat/storage/s3"
 )
 
@@ -37,9 +36,6 @@ type storeOptions struct {
 	responseTimeout time.Duration
 	stallTimeout    time.Duration
 
-	// onRetry, when set, is told of each store call retried (the
-	// pipeline counts them in its metrics); see storage.RetryPolicy.
-	onRetry func(storage.RetryEvent)
 	// opened is the store open returned last: a stop during the restore
 	// that follows writes its stop record there.
 	opened storage.Store
@@ -90,34 +86,6 @@ func (o *storeOptions) registerWriter(fs *flag.FlagSet) {
 		"run on an S3 store that does not refuse a second create-only write (If-None-Match: *): two writers of one step can then overwrite each other's manifests and stop records")
 }
 
-// checkConditionalWrites makes sure an S3 store refuses a create-only
-// write of an existing key before anything is committed to it
-// (storage.ProbeConditionalWrites; the answer is kept in the store for a
-// day, so the ranks of a job probe once). A store that does not is
-// refused, unless --s3-unsafe-no-conditional-writes accepts it with a
-// WARN. The kernel enforces a directory store's create-only writes: it
-// is not probed.
-func (o *storeOptions) checkConditionalWrites(ctx context.Context, s storage.Store, log *slog.Logger) error {
-	if o.scheme() != "s3" {
-		return nil
-	}
-	p, err := storage.ProbeConditionalWrites(ctx, s, time.Now)
-	switch {
-	case errors.Is(err, storage.ErrNoConditionalWrites) && o.unsafeNoConditionalWrites:
-		log.Warn("store.conditional_writes_unsafe", "store", s.String(),
-			"effect", "commits and stop records are plain writes: two writers of one step and rank (a replacement pod starting before the old one ended, two pods given one rank) overwrite each other's manifests without an error",
-			"hint", "use a server that enforces If-None-Match: * on PUT (MinIO, AWS S3, recent Ceph RGW), then unset --s3-unsafe-no-conditional-writes (LIFEBOAT_S3_UNSAFE_NO_CONDITIONAL_WRITES)")
-		return nil
-	case errors.Is(err, storage.ErrNoConditionalWrites):
-		return fmt.Errorf("%w; lifeboat commits checkpoints and stop records with create-only writes, and without them two writers of one step overwrite each other's manifests: "+
-			"use a server (or a proxy in front of it) that enforces If-None-Match: * on PUT, or set --s3-unsafe-no-conditional-writes (LIFEBOAT_S3_UNSAFE_NO_CONDITIONAL_WRITES) to run anyway", err)
-	case err != nil:
-		return err
-	}
-	log.Info("store.conditional_writes", "store", s.String(), "checked", p.Checked, "cached", p.Cached)
-	return nil
-}
-
 // positiveDuration is a duration flag that refuses zero and negative
 // values, naming the flag and its variable.
 type positiveDuration struct {
@@ -147,73 +115,57 @@ func (p *positiveDuration) Set(s string) error {
 	return nil
 }
 
-// open connects to the store with the backend registered for its URL's
-// scheme (storage/s3 and storage/fs, imported here), its uploads paced by
-// --upload-limit whatever the backend. Every call to the store it returns
-// is retried after a transient failure (storage.Retry with the default
-// policy, telling onRetry), and a panic in the backend's client is an
-// error (storage.Recover) that is retried like any other; the S3 client's
-// own retries are off (configure), so that this is the one layer of
-// retries. Credentials come from
-// minio-go's providers (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, MINIO_*,
-// the AWS credentials file, IAM and web identity) and never from flags, so
-// they stay out of process listings.
-func (o *storeOptions) open(ctx context.Context) (storage.Store, error) {
+// config is the store's flags, and the environment they default to, as
+// pipeline.OpenStore takes them.
+func (o *storeOptions) config() (pipeline.StoreConfig, error) {
 	if o.url == "" {
-		return nil, errors.New("no store given: set --store (LIFEBOAT_STORE) to s3://bucket/prefix or file:///abs/path")
+		return pipeline.StoreConfig{}, errors.New("no store given: set --store (LIFEBOAT_STORE) to s3://bucket/prefix or file:///abs/path")
 	}
 	loc, err := o.location()
 	if err != nil {
-		return nil, fmt.Errorf("--store (LIFEBOAT_STORE): %w", err)
+		return pipeline.StoreConfig{}, fmt.Errorf("--store (LIFEBOAT_STORE): %w", err)
 	}
 	var limit int64
 	if o.uploadLimit != "" {
 		if limit, err = parseBytes(o.uploadLimit); err != nil || limit <= 0 {
-			return nil, fmt.Errorf("--upload-limit (LIFEBOAT_UPLOAD_LIMIT) is %q; give bytes per second such as 200MB or 1GiB", o.uploadLimit)
+			limit = -1 // pipeline.FieldUploadLimit
 		}
 	}
-	// Opening an S3 store asks the server about the bucket: a throttled
-	// or briefly unreachable server (503 SlowDown, a pod's network not yet
-	// up beside its proxy) is asked again, as every later call is. A
-	// directory store's errors are the machine's own and final.
-	policy := storage.RetryPolicy{OnRetry: o.onRetry}
-	opening := storage.RetryPolicy{Backoff: func(int) (time.Duration, bool) { return 0, false }}
-	if loc.Scheme == "s3" {
-		opening = policy
-	}
-	var s storage.Store
-	if err := opening.Do(ctx, "open", loc.String(), func() (err error) {
-		s, err = storage.Open(ctx, loc, o.configure)
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	o.opened = storage.Retry(storage.Recover(storage.Limit(s, limit)), policy)
-	return o.opened, nil
+	return pipeline.StoreConfig{Location: loc, Endpoint: o.endpoint, Region: o.region, CAFile: o.caFile, BucketLookup: s3.BucketLookup(o.lookup),
+		CreateBucket: o.createBucket, UploadLimit: limit, ConnectTimeout: o.connectTimeout, ResponseTimeout: o.responseTimeout, StallTimeout: o.stallTimeout,
+		UnsafeNoConditionalWrites: o.unsafeNoConditionalWrites, Getenv: os.Getenv}, nil
 }
 
-// configure applies the store flags, and the environment they default
-// to, to a backend's configuration (see storage.Backend.Open).
-func (o *storeOptions) configure(config any) error {
-	cfg, ok := config.(*s3.Config)
-	if !ok {
-		return nil
+// open connects to the store (pipeline.OpenStore: every call retried
+// after a transient failure, uploads paced by --upload-limit).
+// Credentials come from minio-go's providers and never from flags.
+func (o *storeOptions) open(ctx context.Context) (storage.Store, error) {
+	c, err := o.config()
+	if err != nil {
+		return nil, err
 	}
-	cfg.FromEnv(os.Getenv)
-	if o.endpoint != "" {
-		cfg.Endpoint = o.endpoint
+	s, err := pipeline.OpenStore(ctx, c)
+	if err != nil {
+		return nil, o.fieldError(err)
 	}
-	if o.region != "" {
-		cfg.Region = o.region
+	o.opened = s
+	return s, nil
+}
+
+// fieldError names the flags and variables of the store's fields in
+// pipeline's *pipeline.FieldError; other errors are returned as they are.
+func (o *storeOptions) fieldError(err error) error {
+	var fe *pipeline.FieldError
+	switch {
+	case !errors.As(err, &fe):
+		return err
+	case fe.Field == pipeline.FieldUploadLimit:
+		return fmt.Errorf("--upload-limit (LIFEBOAT_UPLOAD_LIMIT) is %q; give bytes per second such as 200MB or 1GiB", o.uploadLimit)
+	case fe.Field == pipeline.FieldUnsafeNoConditionalWrites:
+		return fmt.Errorf("%w; lifeboat commits checkpoints and stop records with create-only writes, and without them two writers of one step overwrite each other's manifests: "+
+			"use a server (or a proxy in front of it) that enforces If-None-Match: * on PUT, or set --s3-unsafe-no-conditional-writes (LIFEBOAT_S3_UNSAFE_NO_CONDITIONAL_WRITES) to run anyway", fe.Err)
 	}
-	if o.caFile != "" {
-		cfg.CAFile = o.caFile
-	}
-	cfg.BucketLookup = s3.BucketLookup(o.lookup)
-	cfg.CreateBucket = o.createBucket
-	cfg.ConnectTimeout, cfg.ResponseTimeout, cfg.StallTimeout = o.connectTimeout, o.responseTimeout, o.stallTimeout
-	cfg.RequestAttempts = 1 // open's storage.Retry retries
-	return nil
+	return err
 }
 
 // parseBytes reads sizes such as 512, 64KB, 200MB, 1GiB (KB=1000, KiB=1024).

@@ -202,18 +202,21 @@ func (o *checkpointOptions) validate() error {
 	if re.NumSubexp() < 1 {
 		return bad("step-pattern", o.stepPattern, `it needs a group that captures the step, e.g. step-(\d+)`)
 	}
+	o.pattern = re
 	if o.restore != "auto" && o.restore != "never" {
 		return bad("restore", o.restore, "use auto or never")
 	}
 	if o.verifyFormat != "auto" && o.verifyFormat != "off" {
 		return bad("verify-format", o.verifyFormat, "use auto or off")
 	}
-	for _, g := range splitList(o.exclude) {
+	o.excludes = splitList(o.exclude)
+	for _, g := range o.excludes {
 		if _, err := path.Match(g, ""); err != nil {
 			return bad("exclude", o.exclude, fmt.Sprintf("%q is not a glob; use shell globs such as *.log", g))
 		}
 	}
-	return nil
+	o.all, err = allRanks(o.restoreRanks)
+	return err
 }
 
 func (o *rankOptions) validate() error {

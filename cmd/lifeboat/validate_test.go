@@ -314,7 +314,7 @@ func TestFlagNamesInMessages(t *testing.T) {
 		"mount-proc":     "unshare's",
 	}
 	var bad []string
-	for _, root := range []string{"..", "../../storage", "../../checkpoint", "../../agent", "../../watch", "../../notice", "../../limits"} {
+	for _, root := range []string{"..", "../../pipeline", "../../storage", "../../checkpoint", "../../agent", "../../watch", "../../notice", "../../limits"} {
 		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err

@@ -5,7 +5,6 @@ package main
 // come from different iterations.
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,9 +14,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/lifeboat-project/lifeboat/checkpoint"
-	fsstore "github.com/lifeboat-project/lifeboat/storage/fs"
 )
 
 // wsFlags are the flags of every lifeboat run in these tests.
@@ -325,48 +321,5 @@ with open(sys.argv[1], "w") as f:
 				t.Errorf("resume.fallback lines %v; want none", fb)
 			}
 		})
-	}
-}
-
-// TestOtherWorldSizesNameTheNewest: a fresh start for want of a checkpoint
-// of its own world size names, for each other world size, the step a
-// restore of that size would take, by the store's one rule of newest
-// (checkpoint.Newest), not the highest step number. The store holds line
-// A's step 9000 of two ranks, then line B's step 100 of two ranks,
-// committed an hour later: a restore with two ranks takes 100. On the
-// code before, resume.fresh_start named "2 (newest step 9000)".
-func TestOtherWorldSizesNameTheNewest(t *testing.T) {
-	root := t.TempDir()
-	s, err := fsstore.New(filepath.Join(root, "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := time.Now().Add(-2 * time.Hour)
-	for _, st := range []checkpoint.Target{{Step: 9000, Line: "aaaaaaaaaaaaaaaa"}, {Step: 100, Line: "bbbbbbbbbbbbbbbb"}} {
-		u := &checkpoint.Uploader{Store: s, Clock: func() time.Time { return at }}
-		for rank := range 2 {
-			dir := filepath.Join(root, fmt.Sprintf("src-%d-%d", st.Step, rank))
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(dir, "shard.bin"), []byte(dir), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			st.Rank, st.WorldSize = rank, 2
-			if _, err := u.Upload(context.Background(), dir, st); err != nil {
-				t.Fatal(err)
-			}
-		}
-		at = at.Add(time.Hour)
-	}
-	url := "file://" + filepath.Join(root, "store")
-	code, out := runLifeboat(t, nil, "restore", "--store", url, "--dir", filepath.Join(root, "two"), "--rank", "0", "--world-size", "2", "--log-format", "json")
-	if code != 0 || !strings.Contains(out, "restored step 100 ") {
-		t.Fatalf("restore with two ranks: exit %d\n%s\nwant step 100, line B's", code, out)
-	}
-	code, out = runLifeboat(t, nil, "restore", "--store", url, "--dir", filepath.Join(root, "one"), "--rank", "0", "--world-size", "1", "--log-format", "json")
-	warn := logLines(out, "resume.fresh_start")
-	if code != 0 || len(warn) != 1 || fmt.Sprint(warn[0]["complete_for_world_sizes"]) != "2 (newest step 100)" {
-		t.Errorf("restore with one rank: exit %d, resume.fresh_start %v; want complete_for_world_sizes \"2 (newest step 100)\", what a restore of two ranks takes\n%s", code, warn, out)
 	}
 }
