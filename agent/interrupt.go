@@ -29,7 +29,7 @@ type Death struct {
 const maxDeaths = 64
 
 // Reaped is told of each process of the trainer's tree that was reaped
-// (the supervisor's OnReap): one that died by a signal or exited non-zero
+// (the supervisor's Observer.Reaped): one that died by a signal or exited non-zero
 // may have cut a save short, and is a Death. It never blocks for long.
 func (a *Agent) Reaped(pid int, ws unix.WaitStatus, at time.Time) {
 	var how string

@@ -272,7 +272,7 @@ func (m *Metrics) IncNotice(source string) {
 
 // IncStopSignal counts a stop signal received (the kubelet's TERM is the
 // pod's preemption notice) as a notice from source "signal"; it is the
-// supervisor's OnStopSignal.
+// supervisor's Observer.StopSignal.
 func (m *Metrics) IncStopSignal(unix.Signal) { m.IncNotice("signal") }
 
 // IncRebalance counts one rebalance recommendation from source, one of
@@ -297,7 +297,7 @@ func (m *Metrics) SetGrace(d time.Duration) {
 
 // SetGraceEnd says a stop began, or its deadline moved: the grace budget
 // ends at end, and lifeboat_grace_budget_left_seconds counts down to 0
-// there. lifeboat run calls it from the supervisor's OnStop.
+// there. lifeboat run calls it from the supervisor's Observer.Stopping.
 func (m *Metrics) SetGraceEnd(end time.Time) {
 	if m == nil {
 		return

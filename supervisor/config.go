@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,30 +61,24 @@ type Config struct {
 	// hand). Default the system's clock.
 	Clock Clock
 
-	// Reserve, when set, is asked at the first stop signal how much of the
-	// grace budget to keep for after the trainer's tree has exited (the
-	// final checkpoint upload), and why. The tree is SIGKILLed at
-	// stop + Grace - reserve instead of stop + Grace. The reserve is capped
-	// at half the grace, so the trainer always gets the other half to save.
-	Reserve func() (time.Duration, string)
-	// AfterExit, when set, runs once the main child and every descendant
-	// are gone, before Run returns: the final checkpoint upload. It runs
-	// once, in its own goroutine, while the loop keeps answering signals.
-	// Its context ends at the grace deadline (less ExitMargin) after a stop,
-	// or after AfterExitTimeout when the trainer exited on its own; a stop
-	// during it brings that in to the stop's deadline, and a second SIGINT
-	// cancels it. Run never waits for it past that end: an AfterExit still
-	// running then is left behind and recorded as failed ("the final upload
-	// did not finish within the grace period"). An error is logged, written
-	// to the termination log, and turns a clean exit 0 into
-	// CodeFlushFailed.
-	AfterExit        func(ctx context.Context, stopped bool) error
-	AfterExitTimeout time.Duration // default Grace
-	// FlushNote, when set, is asked after AfterExit for what the final
-	// upload did, for the termination message ("the final upload
-	// committed step 100 instead of step 200, an interrupted save"); ""
-	// adds nothing.
-	FlushNote func() string
+	// Checkpoints, when set, is the checkpoint pipeline beside the
+	// trainer: the grace budget keeps a reserve for its final upload,
+	// which runs when the trainer's tree is gone, and a restart waits for
+	// its commit and restore. Without it a stop gives the trainer the whole
+	// grace and a crashed trainer restarts at once.
+	Checkpoints Checkpoints
+	// AfterExitTimeout bounds Checkpoints' final upload when the trainer
+	// exited on its own, and its work before a restart. Default Grace.
+	AfterExitTimeout time.Duration
+	// Job, when set, is the rest of a job whose ranks stop together (the
+	// job-wide stop): told of this rank's stop and failure, and asked
+	// whether a failure or a SIGKILL at the deadline is part of a stop
+	// another rank began. Nil for a job of one rank.
+	Job Job
+	// Observer, when set, is told what happens: each stop (its reason,
+	// signal, start and deadline, determined once), stop signal, restart,
+	// OOM kill, reaped process, and the SIGKILL of the tree.
+	Observer Observer
 
 	// MaxRuntime, when set, stops the trainer exactly as a preemption would
 	// once it has run this long (clusters that reclaim jobs older than 72h),
@@ -103,75 +96,10 @@ type Config struct {
 	NoticeSignal unix.Signal
 	// Restart restarts a crashed trainer in place.
 	Restart RestartPolicy
-	// BeforeRestart, when set, runs between a crash and the restart (with
-	// the trainer's tree gone, after the backoff): it commits what the
-	// trainer completed and restores the newest committed checkpoint, and
-	// returns environment variables to set for the new trainer. It runs in
-	// its own goroutine while the loop keeps answering signals; its context
-	// ends after AfterExitTimeout, or at once when a stop begins, and the
-	// restart is then abandoned for the final flush (AfterExit), which runs
-	// after BeforeRestart has returned. An error means no restart.
-	BeforeRestart func(ctx context.Context, attempt int) ([]string, error)
-
-	// OnStop, when set, is told when a stop begins or its deadline moves:
-	// why the stop began ("SIGTERM", "aws preemption notice", "max runtime
-	// 1h0m0s reached", "lifeboat was asked to stop", "job-wide stop (rank
-	// 1: SIGTERM)"; the first stop's, also when a later one moves the
-	// deadline) and the end of the grace budget (metrics show the budget
-	// left; the job-wide stop's record names the reason).
-	OnStop func(reason string, end time.Time)
-	// OnRestart, when set, is told of each restart and why: "oom" when the
-	// OOM killer killed the trainer (Memory counted the kill), "signal" for
-	// another signal, "exit_code" for a non-zero exit.
-	OnRestart func(reason string)
-	// OnStopSignal, when set, is told of each stop signal received (one of
-	// StopSignals: the kubelet's TERM is the pod's preemption notice),
-	// before it is forwarded. Notices and MaxRuntime are not signals
-	// received and are not reported here.
-	OnStopSignal func(sig unix.Signal)
 
 	// Memory, when set, puts the trainer in its own memory cgroup and
 	// counts OOM kills there (limits/memory in production).
 	Memory Memory
-	// OnOOMKill, when set, is told of each OOM kill in the trainer's cgroup.
-	OnOOMKill func()
-
-	// OnReap, when set, is told of every process lifeboat reaps (the
-	// trainer and each orphan of its tree): its pid, how it ended and when.
-	// The checkpoint pipeline tells an interrupted save from a whole one by
-	// it. It runs in the supervision loop and must not block.
-	OnReap func(pid int, status unix.WaitStatus, at time.Time)
-	// BeforeKill, when set, runs just before the trainer's tree is
-	// SIGKILLed (the grace deadline, or a second SIGINT), told when: a file
-	// still open for writing then is an interrupted save. It must not
-	// block.
-	BeforeKill func(at time.Time)
-	// JobWideStop, when set, is asked once, after AfterExit, when the
-	// trainer failed during a stop (a non-zero code, or a SIGKILL lifeboat
-	// sent at the grace deadline or at a second SIGINT; not one another,
-	// such as the OOM killer, sent): it names the job-wide stop this
-	// lifeboat took part in ("rank 1: SIGTERM"), or returns "" when the
-	// stop was this pod's alone. A trainer whose collective failed when a
-	// peer left, or that was blocked in one and SIGKILLed, ended because
-	// of the stop, so with a name lifeboat exits with PreemptExitCode
-	// (unless PreemptChild), and the Job retries every rank instead of
-	// counting a failure. It must not block.
-	JobWideStop func() string
-	// PeerStop, when set, is asked when the trainer failed (a non-zero
-	// code or a signal) and its tree is gone, with no stop in progress:
-	// it looks now for a job-wide stop another rank began (a collective
-	// fails as soon as a peer leaves, often before this rank has seen the
-	// peer's stop) and names it ("rank 0: SIGTERM"), or returns "". With
-	// a name the failure is part of that stop: no restart, the final
-	// upload under the grace budget, and JobWideStop is asked at the
-	// exit. It runs in its own goroutine and must return when its context
-	// ends (10s).
-	PeerStop func(ctx context.Context) string
-	// OnFailure, when set, is told when the trainer failed for good: no
-	// stop in progress, none found by PeerStop, no restart left; reason
-	// says how it ended. The other ranks of the job are to stop too. It
-	// must not block.
-	OnFailure func(reason string)
 }
 
 // Memory is what the supervisor needs of the trainer's memory cgroup.
@@ -278,7 +206,20 @@ func (c *Config) setDefaults() {
 	if c.NoticeSignal == 0 {
 		c.NoticeSignal = c.StopSignals[0]
 	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
+	}
 }
+
+// nopObserver is the Observer of a Config without one.
+type nopObserver struct{}
+
+func (nopObserver) Stopping(Stop)                          {}
+func (nopObserver) StopSignal(unix.Signal)                 {}
+func (nopObserver) Restarted(string)                       {}
+func (nopObserver) OOMKilled()                             {}
+func (nopObserver) Reaped(int, unix.WaitStatus, time.Time) {}
+func (nopObserver) Killing(time.Time)                      {}
 
 // Fields of a FieldError: which of Config was wrong.
 const (

@@ -11,9 +11,19 @@
 // (running, backoff, restarting, flushing, done); every timer (the grace
 // deadline, the wait for killed processes, the restart's backoff, the end
 // of a hook's time) and every hook's result is a case of the same select,
-// so no phase can miss a signal or its deadline. BeforeRestart and
-// AfterExit run in goroutines of their own under contexts the loop
-// cancels; PID 1 never waits for one past its deadline.
+// so no phase can miss a signal or its deadline.
+//
+// What the supervisor needs of the rest of lifeboat is a small interface
+// for each of those it works with, all optional. Checkpoints is the
+// checkpoint pipeline, which it asks for a reserve of the grace budget, the
+// work before a restart and the final upload. Job is the other ranks of a
+// job that stops as one: told of this rank's stop and failure, asked
+// whether a failure is part of a stop another rank began. Observer is told
+// what happens (stops, restarts, OOM kills, reaped processes) and never
+// blocks. BeforeRestart, Flush and PeerStop run in goroutines of their own
+// under contexts the loop cancels; PID 1 never waits for one past its
+// deadline. A stop's reason, signal, start and deadline are determined
+// once, as a Stop, and handed to each.
 //
 // Exactly one place calls Wait4(-1); the main child's status is picked out
 // by pid. The package imports the standard library and golang.org/x/sys/unix

@@ -173,7 +173,7 @@ func (m *fakeMemory) OOMKillCount() (uint64, error) { return m.kills.Load(), nil
 func (m *fakeMemory) OOMKills() <-chan struct{}     { return nil }
 func (m *fakeMemory) Describe() string              { return "fake 1MiB" }
 
-// TestRestartReasons: OnRestart is told why each restart happened:
+// TestRestartReasons: Observer.Restarted is told why each restart happened:
 // "oom" when the OOM killer killed the trainer, "signal" for another
 // signal, "exit_code" for a non-zero exit.
 func TestRestartReasons(t *testing.T) {
@@ -189,11 +189,11 @@ func TestRestartReasons(t *testing.T) {
 		Argv: []string{"sh", "-c", script, runs}, Signals: make(chan os.Signal), Log: logs.logger(),
 		Memory:  &fakeMemory{oom: map[int]bool{1: true}},
 		Restart: RestartPolicy{OnFailure: true, Max: 5, Backoff: time.Millisecond},
-		OnRestart: func(reason string) {
+		Observer: &hooks{restarted: func(reason string) {
 			mu.Lock()
 			defer mu.Unlock()
 			reasons = append(reasons, reason)
-		},
+		}},
 	})
 	if err != nil {
 		t.Fatalf("Run = %v, want nil after the fourth run exited 0; log:\n%s", err, logs.String())
@@ -205,7 +205,7 @@ func TestRestartReasons(t *testing.T) {
 	}
 }
 
-// TestStopSignalsReported: OnStopSignal is told of each stop signal
+// TestStopSignalsReported: Observer.StopSignal is told of each stop signal
 // received (the kubelet's TERM is the pod's preemption notice), and of
 // nothing else: not of a forwarded USR1, nor of a cloud notice.
 func TestStopSignalsReported(t *testing.T) {
@@ -220,11 +220,11 @@ func TestStopSignalsReported(t *testing.T) {
 		done <- Run(context.Background(), Config{
 			Argv:    []string{"sh", "-c", `trap '' USR1; trap 'sleep 0.3; exit 0' TERM; touch "$0"; while :; do sleep 0.05; done`, ready},
 			Signals: in, Notices: notices, NoticeSignal: unix.SIGUSR1, Grace: time.Hour,
-			OnStopSignal: func(sig unix.Signal) {
+			Observer: &hooks{stopSignal: func(sig unix.Signal) {
 				mu.Lock()
 				defer mu.Unlock()
 				got = append(got, signals.Name(sig))
-			},
+			}},
 		})
 	}()
 	waitFile(t, ready)
@@ -239,6 +239,6 @@ func TestStopSignalsReported(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if want := []string{"TERM", "TERM"}; !reflect.DeepEqual(got, want) {
-		t.Errorf("OnStopSignal got %v, want %v", got, want)
+		t.Errorf("Observer.StopSignal got %v, want %v", got, want)
 	}
 }

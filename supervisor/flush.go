@@ -7,20 +7,22 @@ import (
 	"time"
 )
 
-// beginFlush enters the last phase: AfterExit (the final upload) runs in
-// its own goroutine under the grace deadline less ExitMargin after a stop,
-// or AfterExitTimeout when the trainer exited on its own. Without
-// AfterExit the supervision is done.
+// beginFlush enters the last phase: Checkpoints.Flush (the final upload)
+// runs in its own goroutine under the grace deadline less ExitMargin after
+// a stop, or AfterExitTimeout when the trainer exited on its own. Without
+// Checkpoints the supervision is done.
 func (l *loop) beginFlush() {
-	flush := l.cfg.AfterExit
-	if flush == nil {
+	cp := l.cfg.Checkpoints
+	if cp == nil {
 		l.phase = phaseDone
 		return
 	}
-	stopped := l.stopping
+	var stop *Stop
 	end, limit := l.cfg.Clock.Now().Add(l.cfg.AfterExitTimeout), l.cfg.AfterExitTimeout.String()
-	if stopped {
-		end, limit = l.graceEnd.Add(-ExitMargin), "the grace period"
+	if l.stopping {
+		s := l.stop
+		stop = &s
+		end, limit = s.Deadline.Add(-ExitMargin), "the grace period"
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), end)
 	done := make(chan error, 1)
@@ -33,11 +35,11 @@ func (l *loop) beginFlush() {
 				done <- fmt.Errorf("final upload panicked: %v", r)
 			}
 		}()
-		done <- flush(ctx, stopped)
+		done <- cp.Flush(ctx, stop)
 	}()
 }
 
-// endFlush takes AfterExit's result.
+// endFlush takes Checkpoints.Flush's result.
 func (l *loop) endFlush(err error) {
 	l.endHook()
 	l.flushErr = err

@@ -7,7 +7,7 @@ import (
 )
 
 // peerStopTimeout bounds the look for another rank's stop after the
-// trainer failed (Config.PeerStop).
+// trainer failed (Job.PeerStop).
 const peerStopTimeout = 10 * time.Second
 
 // failed reports whether the trainer that just ended failed: a non-zero
@@ -15,12 +15,12 @@ const peerStopTimeout = 10 * time.Second
 func (l *loop) failed() bool { return StatusCode(l.childStatus) != 0 }
 
 // beginCheck enters phaseChecking: the trainer failed with no stop in
-// progress, and PeerStop looks, in its own goroutine, for a job-wide stop
-// another rank began (a collective fails as soon as a peer leaves, often
-// before this rank has seen the peer's stop record). The loop keeps
-// answering signals meanwhile.
+// progress, and Job.PeerStop looks, in its own goroutine, for a
+// job-wide stop another rank began (a collective fails as soon as a peer
+// leaves, often before this rank has seen the peer's stop record). The
+// loop keeps answering signals meanwhile.
 func (l *loop) beginCheck() {
-	check := l.cfg.PeerStop
+	job := l.cfg.Job
 	end := l.cfg.Clock.Now().Add(peerStopTimeout)
 	ctx, cancel := context.WithDeadline(context.Background(), end)
 	done := make(chan string, 1)
@@ -33,7 +33,7 @@ func (l *loop) beginCheck() {
 				done <- ""
 			}
 		}()
-		done <- check(ctx)
+		done <- job.PeerStop(ctx)
 	}()
 }
 
@@ -55,19 +55,19 @@ func (l *loop) endCheck(stop string) {
 
 // afterTrainer decides what follows a trainer whose tree is gone: a
 // restart, or the final flush. A trainer that failed for good with no
-// stop in progress is told to OnFailure first, so that the other ranks
+// stop in progress is told to Job.Failed first, so that the other ranks
 // stop too.
 func (l *loop) afterTrainer() {
 	if l.shouldRestart() {
 		l.beginBackoff()
 		return
 	}
-	if !l.stopping && l.failed() && l.cfg.OnFailure != nil {
+	if !l.stopping && l.failed() && l.cfg.Job != nil {
 		reason := describeStatus(l.childStatus)
 		if l.restarts > 0 {
 			reason += fmt.Sprintf(" after %d restarts", l.restarts)
 		}
-		l.cfg.OnFailure(reason)
+		l.cfg.Job.Failed(reason)
 	}
 	l.beginFlush()
 }

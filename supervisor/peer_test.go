@@ -15,8 +15,8 @@ import (
 
 // The tests in this file check a trainer that fails in a multi-rank job:
 // during a job-wide stop its failure (a collective whose peer left) is
-// part of the stop; before this rank has seen the stop, PeerStop finds
-// it; with no stop at all, OnFailure tells the other ranks.
+// part of the stop; before this rank has seen the stop, Job.PeerStop
+// finds it; with no stop at all, Job.Failed tells the other ranks.
 
 // TestFailureDuringJobStop: a trainer that exits 1 after the stop signal
 // of a job-wide stop makes lifeboat exit with the preemption code, and the
@@ -31,7 +31,7 @@ func TestFailureDuringJobStop(t *testing.T) {
 		done <- Run(context.Background(), Config{
 			Argv:    []string{"sh", "-c", `trap 'exit 1' TERM; touch "$0"; while :; do sleep 0.05; done`, ready},
 			Signals: in, Log: logs.logger(), TerminationLog: tlog, TerminationLogCreate: true,
-			JobWideStop: func() string { return "rank 0: SIGTERM" },
+			Job: &hooks{jobWideStop: func() string { return "rank 0: SIGTERM" }},
 		})
 	}()
 	waitFile(t, ready)
@@ -47,7 +47,7 @@ func TestFailureDuringJobStop(t *testing.T) {
 	}
 }
 
-// peerRecord records the calls to PeerStop, OnFailure and AfterExit.
+// peerRecord records the calls to PeerStop, Failed and Flush.
 type peerRecord struct {
 	mu       sync.Mutex
 	answer   string
@@ -69,19 +69,19 @@ func (p *peerRecord) onFailure(reason string) {
 	p.failures = append(p.failures, reason)
 }
 
-func (p *peerRecord) afterExit(_ context.Context, stopped bool) error {
+func (p *peerRecord) flush(_ context.Context, stop *Stop) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.flushes = append(p.flushes, stopped)
+	p.flushes = append(p.flushes, stop != nil)
 	return nil
 }
 
 // TestFailureBeforeJobStopSeen: a trainer that fails with no stop in
-// progress is checked against the store (PeerStop). When another rank's
-// stop is there, the failure is part of it: no restart although one is
-// allowed, the final flush runs as after a stop, and lifeboat exits 143.
-// When none is there, OnFailure tells the other ranks (once no restart is
-// left) and lifeboat exits with the trainer's code.
+// progress is checked against the store (Job.PeerStop). When another
+// rank's stop is there, the failure is part of it: no restart although one
+// is allowed, the final flush runs as after a stop, and lifeboat exits
+// 143. When none is there, Job.Failed tells the other ranks (once no
+// restart is left) and lifeboat exits with the trainer's code.
 func TestFailureBeforeJobStopSeen(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -103,8 +103,8 @@ func TestFailureBeforeJobStopSeen(t *testing.T) {
 			logs := &logBuffer{}
 			cfg := Config{
 				Argv: crashingTrainer(runs), Signals: make(chan os.Signal), Log: logs.logger(),
-				PeerStop: rec.peerStop, OnFailure: rec.onFailure, AfterExit: rec.afterExit,
-				JobWideStop: func() string { return tc.answer },
+				Job:         &hooks{peerStop: rec.peerStop, failed: rec.onFailure, jobWideStop: func() string { return tc.answer }},
+				Checkpoints: &hooks{flush: rec.flush},
 			}
 			if tc.restarts > 0 {
 				cfg.Restart = RestartPolicy{OnFailure: true, Max: tc.restarts, Backoff: time.Millisecond}
@@ -121,7 +121,7 @@ func TestFailureBeforeJobStopSeen(t *testing.T) {
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
 			if rec.checks != tc.checks || !slices.Equal(rec.failures, tc.failures) || !slices.Equal(rec.flushes, tc.flushes) {
-				t.Errorf("PeerStop asked %d times, OnFailure %q, AfterExit(stopped) %v; want %d, %q, %v",
+				t.Errorf("PeerStop asked %d times, Failed %q, Flush(stopped) %v; want %d, %q, %v",
 					rec.checks, rec.failures, rec.flushes, tc.checks, tc.failures, tc.flushes)
 			}
 		})

@@ -88,16 +88,16 @@ func waitFile(t *testing.T, path string) {
 	t.Fatalf("%s never appeared", path)
 }
 
-// flushRecord records AfterExit's calls.
+// flushRecord records Checkpoints.Flush's calls.
 type flushRecord struct {
 	mu      sync.Mutex
 	stopped []bool
 }
 
-func (f *flushRecord) afterExit(ctx context.Context, stopped bool) error {
+func (f *flushRecord) flush(ctx context.Context, stop *Stop) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.stopped = append(f.stopped, stopped)
+	f.stopped = append(f.stopped, stop != nil)
 	return nil
 }
 
@@ -150,11 +150,10 @@ func TestStopDuringBackoff(t *testing.T) {
 			Argv: crashingTrainer(runs), Signals: in, Grace: time.Hour, Log: logs.logger(),
 			TerminationLog: tlog, TerminationLogCreate: true,
 			Restart: RestartPolicy{OnFailure: true, Max: 3, Backoff: time.Hour},
-			BeforeRestart: func(ctx context.Context, attempt int) ([]string, error) {
+			Checkpoints: &hooks{beforeRestart: func(ctx context.Context, attempt int) ([]string, error) {
 				t.Errorf("BeforeRestart ran although the backoff was cut short by SIGTERM")
 				return nil, nil
-			},
-			AfterExit: flush.afterExit,
+			}, flush: flush.flush},
 		})
 	}()
 	waitLog(t, logs, "supervisor.restart", done)
@@ -165,7 +164,7 @@ func TestStopDuringBackoff(t *testing.T) {
 		t.Errorf("the trainer ran %d times, want 1", n)
 	}
 	if got := flush.calls(); len(got) != 1 || !got[0] {
-		t.Errorf("AfterExit calls (stopped) = %v, want one with stopped=true", got)
+		t.Errorf("Flush calls (stopped) = %v, want one with stopped=true", got)
 	}
 	if !strings.Contains(logs.String(), `"msg":"supervisor.restart_cancelled"`) {
 		t.Errorf("no restart_cancelled event; log:\n%s", logs.String())
@@ -189,13 +188,12 @@ func TestStopDuringBeforeRestart(t *testing.T) {
 			Argv: crashingTrainer(runs), Signals: in, Grace: time.Hour, Log: logs.logger(),
 			TerminationLog: tlog, TerminationLogCreate: true,
 			Restart: RestartPolicy{OnFailure: true, Max: 3, Backoff: time.Millisecond},
-			BeforeRestart: func(ctx context.Context, attempt int) ([]string, error) {
+			Checkpoints: &hooks{beforeRestart: func(ctx context.Context, attempt int) ([]string, error) {
 				close(entered)
 				<-ctx.Done()
 				restartErr = ctx.Err()
 				return nil, ctx.Err()
-			},
-			AfterExit: flush.afterExit,
+			}, flush: flush.flush},
 		})
 	}()
 	select {
@@ -215,11 +213,11 @@ func TestStopDuringBeforeRestart(t *testing.T) {
 		t.Errorf("the trainer ran %d times, want 1", n)
 	}
 	if got := flush.calls(); len(got) != 1 || !got[0] {
-		t.Errorf("AfterExit calls (stopped) = %v, want one with stopped=true", got)
+		t.Errorf("Flush calls (stopped) = %v, want one with stopped=true", got)
 	}
 }
 
-// TestFlushPastDeadline: an AfterExit that ignores its context does not
+// TestFlushPastDeadline: a Flush that ignores its context does not
 // hold Run past the grace deadline: Run returns with the flush error in
 // the log and the termination log, and the flush's context is cancelled.
 func TestFlushPastDeadline(t *testing.T) {
@@ -240,13 +238,13 @@ func TestFlushPastDeadline(t *testing.T) {
 			Argv:    []string{"sh", "-c", `trap 'exit 0' TERM; touch "$0"; while :; do sleep 0.05; done`, ready},
 			Signals: in, Grace: 3 * time.Second, Log: logs.logger(),
 			TerminationLog: tlog, TerminationLogCreate: true,
-			AfterExit: func(ctx context.Context, stopped bool) error {
+			Checkpoints: &hooks{flush: func(ctx context.Context, stop *Stop) error {
 				mu.Lock()
 				flushCtx = ctx
 				mu.Unlock()
 				<-release
 				return nil
-			},
+			}},
 		})
 	}()
 	waitFile(t, ready)
@@ -289,17 +287,17 @@ func TestStopDuringFlushPullsInDeadline(t *testing.T) {
 		done <- Run(context.Background(), Config{
 			Argv: []string{"true"}, Signals: in, Grace: time.Second, AfterExitTimeout: time.Hour,
 			Log: logs.logger(), TerminationLog: tlog, TerminationLogCreate: true,
-			AfterExit: func(ctx context.Context, stopped bool) error {
-				flushing <- stopped
+			Checkpoints: &hooks{flush: func(ctx context.Context, stop *Stop) error {
+				flushing <- stop != nil
 				<-release
 				return nil
-			},
+			}},
 		})
 	}()
 	select {
 	case stopped := <-flushing:
 		if stopped {
-			t.Errorf("AfterExit got stopped=true for a trainer that exited on its own")
+			t.Errorf("Flush got a stop for a trainer that exited on its own")
 		}
 	case err := <-done:
 		t.Fatalf("Run returned %v before the flush; log:\n%s", err, logs.String())
@@ -332,12 +330,11 @@ func TestRestartWithBeforeRestart(t *testing.T) {
 		Argv:    []string{"sh", "-c", `echo "run $RESUME" >> "$0"; [ "$RESUME" = 1 ] || exit 3`, runs},
 		Signals: make(chan os.Signal), Log: logs.logger(),
 		Restart: RestartPolicy{OnFailure: true, Max: 3, Backoff: time.Millisecond},
-		BeforeRestart: func(ctx context.Context, attempt int) ([]string, error) {
+		Checkpoints: &hooks{beforeRestart: func(ctx context.Context, attempt int) ([]string, error) {
 			attempts = append(attempts, attempt)
 			return []string{"RESUME=1"}, nil
-		},
-		OnRestart: func(reason string) { restarts++ },
-		AfterExit: flush.afterExit,
+		}, flush: flush.flush},
+		Observer: &hooks{restarted: func(reason string) { restarts++ }},
 	})
 	if err != nil {
 		t.Fatalf("Run = %v, want nil (the restarted trainer exited 0); log:\n%s", err, logs.String())
@@ -347,10 +344,10 @@ func TestRestartWithBeforeRestart(t *testing.T) {
 		t.Errorf("runs %q, want a crash, then a run with RESUME=1", b)
 	}
 	if len(attempts) != 1 || attempts[0] != 1 || restarts != 1 {
-		t.Errorf("BeforeRestart attempts %v, OnRestart calls %d; want [1] and 1", attempts, restarts)
+		t.Errorf("BeforeRestart attempts %v, Restarted calls %d; want [1] and 1", attempts, restarts)
 	}
 	if got := flush.calls(); len(got) != 1 || got[0] {
-		t.Errorf("AfterExit calls (stopped) = %v, want one with stopped=false", got)
+		t.Errorf("Flush calls (stopped) = %v, want one with stopped=false", got)
 	}
 }
 
@@ -365,11 +362,11 @@ func TestSecondInterruptCancelsFlush(t *testing.T) {
 	go func() {
 		done <- Run(context.Background(), Config{
 			Argv: []string{"true"}, Signals: in, Grace: time.Hour, Log: logs.logger(),
-			AfterExit: func(ctx context.Context, stopped bool) error {
+			Checkpoints: &hooks{flush: func(ctx context.Context, stop *Stop) error {
 				close(flushing)
 				<-ctx.Done()
 				return ctx.Err()
-			},
+			}},
 		})
 	}()
 	select {
@@ -411,12 +408,11 @@ func TestStopDuringStuckBeforeRestart(t *testing.T) {
 			Argv: crashingTrainer(runs), Signals: in, Grace: time.Second, Log: logs.logger(),
 			TerminationLog: tlog, TerminationLogCreate: true,
 			Restart: RestartPolicy{OnFailure: true, Max: 3, Backoff: time.Millisecond},
-			BeforeRestart: func(ctx context.Context, attempt int) ([]string, error) {
+			Checkpoints: &hooks{beforeRestart: func(ctx context.Context, attempt int) ([]string, error) {
 				close(entered)
 				<-release
 				return nil, nil
-			},
-			AfterExit: flush.afterExit,
+			}, flush: flush.flush},
 		})
 	}()
 	select {
@@ -434,6 +430,6 @@ func TestStopDuringStuckBeforeRestart(t *testing.T) {
 		t.Errorf("termination log %q does not say %q", b, want)
 	}
 	if got := flush.calls(); len(got) != 0 {
-		t.Errorf("AfterExit ran (%v) beside a BeforeRestart still running", got)
+		t.Errorf("Flush ran (%v) beside a BeforeRestart still running", got)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// restartResult is what BeforeRestart returned.
+// restartResult is what Checkpoints.BeforeRestart returned.
 type restartResult struct {
 	env []string
 	err error
@@ -37,12 +37,12 @@ func (l *loop) beginBackoff() {
 	l.backoff.set(backoff)
 }
 
-// beginRestart ends the backoff: it runs BeforeRestart in its own
-// goroutine (the loop keeps answering signals meanwhile) or, without one,
-// starts the trainer again at once.
+// beginRestart ends the backoff: it runs Checkpoints.BeforeRestart in its
+// own goroutine (the loop keeps answering signals meanwhile) or, without
+// Checkpoints, starts the trainer again at once.
 func (l *loop) beginRestart() {
-	before := l.cfg.BeforeRestart
-	if before == nil {
+	cp := l.cfg.Checkpoints
+	if cp == nil {
 		l.startAgain(nil)
 		return
 	}
@@ -63,14 +63,14 @@ func (l *loop) beginRestart() {
 				done <- restartResult{err: fmt.Errorf("the commit before the restart panicked: %v", r)}
 			}
 		}()
-		env, err := before(ctx, attempt)
+		env, err := cp.BeforeRestart(ctx, attempt)
 		done <- restartResult{env, err}
 	}()
 }
 
-// endRestart takes BeforeRestart's result: a stop that came meanwhile
-// goes on to the final flush, a failure ends the restarts, and otherwise
-// the trainer starts again with the variables BeforeRestart returned.
+// endRestart takes Checkpoints.BeforeRestart's result: a stop that came
+// meanwhile goes on to the final flush, a failure ends the restarts, and
+// otherwise the trainer starts again with the variables it returned.
 func (l *loop) endRestart(r restartResult) {
 	l.endHook()
 	switch {
@@ -88,16 +88,14 @@ func (l *loop) endRestart(r restartResult) {
 func (l *loop) startAgain(extra []string) {
 	l.restarts++
 	l.killedAt, l.killedMain = time.Time{}, false
-	if l.cfg.OnRestart != nil {
-		reason := "exit_code"
-		switch {
-		case l.oomKilled:
-			reason = "oom"
-		case l.childStatus.Signaled():
-			reason = "signal"
-		}
-		l.cfg.OnRestart(reason)
+	reason := "exit_code"
+	switch {
+	case l.oomKilled:
+		reason = "oom"
+	case l.childStatus.Signaled():
+		reason = "signal"
 	}
+	l.cfg.Observer.Restarted(reason)
 	prev := l.env
 	l.env = MergeEnv(l.env, extra)
 	if err := l.start(); err != nil {

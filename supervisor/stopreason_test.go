@@ -12,11 +12,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestOnStopSaysWhy: OnStop is told why the stop began, for each cause,
+// TestStopSaysWhy: Observer.Stopping is told why the stop began, for each cause,
 // and a later stop that moves the deadline is told with the first
 // stop's reason: the job-wide stop's record names the cause the
 // supervisor knows, not one guessed again outside it.
-func TestOnStopSaysWhy(t *testing.T) {
+func TestStopSaysWhy(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// stop starts the stop(s) once the trainer runs.
@@ -50,18 +50,18 @@ func TestOnStopSaysWhy(t *testing.T) {
 					Argv:    []string{"sh", "-c", `trap '' TERM; touch "$0"; while [ ! -e "$1" ]; do sleep 0.05; done`, ready, gone},
 					Signals: in, Kill: (&sendRecorder{}).kill, Grace: time.Hour, MaxRuntime: tc.max,
 					Notices: notices, NoticeSignal: unix.SIGTERM,
-					OnStop: func(reason string, _ time.Time) {
+					Observer: &hooks{stopping: func(s Stop) {
 						mu.Lock()
-						got = append(got, reason)
+						got = append(got, s.Reason)
 						mu.Unlock()
-					},
+					}},
 				})
 			}()
 			if tc.stop != nil { // the maximum runtime may end before the trainer is ready
 				waitFile(t, ready)
 				tc.stop(in, notices, cancel)
 			}
-			// Wait for OnStop's calls, then let the trainer go.
+			// Wait for Stopping's calls, then let the trainer go.
 			deadline := time.After(time.Minute)
 			for {
 				mu.Lock()
@@ -72,7 +72,7 @@ func TestOnStopSaysWhy(t *testing.T) {
 				}
 				select {
 				case <-deadline:
-					t.Fatalf("OnStop told %d times, want %d", n, len(tc.want))
+					t.Fatalf("Stopping told %d times, want %d", n, len(tc.want))
 				case <-time.After(10 * time.Millisecond):
 				}
 			}
@@ -83,8 +83,92 @@ func TestOnStopSaysWhy(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			if !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("OnStop told %q, want %q", got, tc.want)
+				t.Errorf("Stopping told %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestStopHandedOnce: the supervisor determines a stop once (its reason,
+// the signal received, when it began, the end of its grace budget) and
+// hands the same Stop to Observer.Stopping and to the final upload. A
+// notice that brings the deadline in is told with the first stop's
+// reason, signal and start, and the new deadline, and the final upload
+// gets that deadline.
+func TestStopHandedOnce(t *testing.T) {
+	ready := filepath.Join(t.TempDir(), "ready")
+	gone := filepath.Join(t.TempDir(), "gone")
+	in := make(chan os.Signal, 1)
+	notices := make(chan Notice, 1)
+	const grace = time.Hour
+	var mu sync.Mutex
+	var told []Stop
+	var flushed *Stop
+	h := &hooks{
+		stopping: func(s Stop) {
+			mu.Lock()
+			told = append(told, s)
+			mu.Unlock()
+		},
+		flush: func(_ context.Context, s *Stop) error {
+			mu.Lock()
+			flushed = s
+			mu.Unlock()
+			return nil
+		},
+	}
+	logs := &logBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(context.Background(), Config{
+			Argv:    []string{"sh", "-c", `trap '' TERM; touch "$0"; while [ ! -e "$1" ]; do sleep 0.05; done`, ready, gone},
+			Signals: in, Kill: (&sendRecorder{}).kill, Grace: grace, Log: logs.logger(),
+			Notices: notices, Observer: h, Checkpoints: h,
+		})
+	}()
+	waitFile(t, ready)
+	waitTold := func(n int) {
+		t.Helper()
+		deadline := time.After(time.Minute)
+		for {
+			mu.Lock()
+			got := len(told)
+			mu.Unlock()
+			if got >= n {
+				return
+			}
+			select {
+			case <-deadline:
+				t.Fatalf("Stopping told %d times, want %d; log:\n%s", got, n, logs.String())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	in <- unix.SIGTERM
+	waitTold(1)
+	noticeEnd := time.Now().Add(time.Minute)
+	notices <- Notice{Source: "gcp", Deadline: noticeEnd}
+	waitTold(2)
+	if err := os.WriteFile(gone, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitRun(t, done, logs)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) != 2 {
+		t.Fatalf("Stopping told %d times, want 2: %+v", len(told), told)
+	}
+	first, second := told[0], told[1]
+	if first.Reason != "SIGTERM" || first.Signal != unix.SIGTERM || first.At.IsZero() || !first.Deadline.Equal(first.At.Add(grace)) {
+		t.Errorf("first stop %+v, want SIGTERM, signal TERM, a start, and a deadline %s after it", first, grace)
+	}
+	if second.Reason != first.Reason || second.Signal != first.Signal || !second.At.Equal(first.At) {
+		t.Errorf("second stop %+v, want the first's reason, signal and start (%+v)", second, first)
+	}
+	if want := noticeEnd.Add(-ExitMargin); !second.Deadline.Equal(want) {
+		t.Errorf("second stop's deadline %s, want the notice's less ExitMargin, %s", second.Deadline, want)
+	}
+	if flushed == nil || *flushed != second {
+		t.Errorf("Flush got %+v, want the stop as last told, %+v", flushed, second)
 	}
 }

@@ -22,10 +22,10 @@ type phase int
 
 const (
 	phaseRunning    phase = iota // the trainer, or what is left of its tree, runs
-	phaseChecking                // the trainer failed; PeerStop looks for a job-wide stop
+	phaseChecking                // the trainer failed; Job.PeerStop looks for a job-wide stop
 	phaseBackoff                 // the tree is gone; waiting before a restart
-	phaseRestarting              // BeforeRestart runs
-	phaseFlushing                // AfterExit (the final upload) runs
+	phaseRestarting              // Checkpoints.BeforeRestart runs
+	phaseFlushing                // Checkpoints.Flush (the final upload) runs
 	phaseDone                    // nothing left to wait for: Run returns
 )
 
@@ -56,9 +56,7 @@ type loop struct {
 	noChildren  bool // Wait4 said ECHILD: nothing left to reap
 
 	stopping     bool        // a stop began: signal, context, max runtime or notice
-	stopSig      unix.Signal // the stop signal received, 0 if the stop had another cause
-	stopReason   string      // why, for the termination log ("SIGTERM", "max runtime 72h0m0s", ...)
-	graceEnd     time.Time   // when the grace budget ends
+	stop         Stop        // that stop: why, the signal received, when, and when its grace budget ends
 	ints         int         // SIGINTs received
 	killedAt     time.Time   // when the tree was SIGKILLed, zero if not
 	killAt       time.Time   // when the kill alarm fires, once a stop armed it
@@ -66,7 +64,6 @@ type loop struct {
 	deadlineKill bool        // that SIGKILL was the grace deadline's
 	treeSignal   bool        // leftovers were sent the stop signal after the child exited
 	stopSent     unix.Signal // the signal the main process was sent for the stop, 0 if none
-	stopAt       time.Time   // when the stop began
 	noticed      bool        // a preemption notice came: a SIGKILL at its deadline is a preemption
 	stopOwed     bool        // the trainer got only a signal that does not stop it (--notice-signal USR1): the term alarm sends the stop signal
 	treeStop     bool        // the whole tree gets stop signals (Group, or the tree alarm fired)
@@ -86,7 +83,7 @@ type loop struct {
 	killWait   alarm // after the SIGKILL: stop waiting for processes that do not die
 	backoff    alarm // the wait before a restart
 
-	// The hook in flight (BeforeRestart or AfterExit): its context's
+	// The hook in flight (BeforeRestart, Flush or PeerStop): its context's
 	// cancel, the time after which the loop stops waiting for it (and why
 	// then), and the channel its result arrives on.
 	cancelHook   context.CancelFunc
@@ -202,9 +199,7 @@ func (l *loop) run(ctx context.Context, sigs <-chan os.Signal) error {
 				continue
 			}
 			// memory.oom_kill logs the kill; this only counts it.
-			if l.cfg.OnOOMKill != nil {
-				l.cfg.OnOOMKill()
-			}
+			l.cfg.Observer.OOMKilled()
 		case n, ok := <-notices:
 			if !ok {
 				notices = nil
@@ -225,7 +220,7 @@ func (l *loop) run(ctx context.Context, sigs <-chan os.Signal) error {
 			args := []any{"grace", l.cfg.Grace.String()}
 			if l.stopping {
 				// The budget actually used: a notice may have pulled it in.
-				args = []any{"grace", l.graceEnd.Sub(l.stopAt).Round(time.Millisecond).String(), "deadline", logTime(l.graceEnd)}
+				args = []any{"grace", l.stop.Deadline.Sub(l.stop.At).Round(time.Millisecond).String(), "deadline", logTime(l.stop.Deadline)}
 			}
 			l.cfg.Log.Warn("supervisor.grace_expired", append(args, "effect", "SIGKILL everything left")...)
 			l.killTree()
@@ -278,7 +273,7 @@ func (l *loop) step() {
 		// The trainer and its whole tree are gone: their deadlines with them.
 		l.kill.stop()
 		l.killWait.stop()
-		if !l.stopping && l.failed() && l.cfg.PeerStop != nil {
+		if !l.stopping && l.failed() && l.cfg.Job != nil {
 			l.beginCheck()
 			return
 		}
@@ -286,13 +281,13 @@ func (l *loop) step() {
 	case phaseBackoff:
 		if l.stopping {
 			l.backoff.stop()
-			l.cfg.Log.Info("supervisor.restart_cancelled", "reason", l.stopReason, "phase", phaseBackoff.String())
+			l.cfg.Log.Info("supervisor.restart_cancelled", "reason", l.stop.Reason, "phase", phaseBackoff.String())
 			l.beginFlush()
 		}
 	case phaseRestarting:
 		if l.stopping && !l.restartEnded {
 			l.restartEnded = true
-			l.cfg.Log.Info("supervisor.restart_cancelled", "reason", l.stopReason, "phase", phaseRestarting.String())
+			l.cfg.Log.Info("supervisor.restart_cancelled", "reason", l.stop.Reason, "phase", phaseRestarting.String())
 			l.cancelHook()
 		}
 	}
@@ -460,9 +455,7 @@ func (l *loop) signal(sig unix.Signal) {
 		}
 	}
 	if stop {
-		if l.cfg.OnStopSignal != nil {
-			l.cfg.OnStopSignal(sig)
-		}
+		l.cfg.Observer.StopSignal(sig)
 		l.startStop(sig, sent, "SIG"+signals.Name(sig), time.Time{})
 	}
 	if sig != unix.SIGINT || l.ints < 2 {
@@ -493,16 +486,17 @@ func (l *loop) startStop(sig, sent unix.Signal, reason string, end time.Time) {
 		end = now.Add(l.cfg.Grace)
 	}
 	if l.stopping {
-		if !end.Before(l.graceEnd) {
+		if !end.Before(l.stop.Deadline) {
 			return
 		}
 		l.cfg.Log.Warn("supervisor.deadline_moved", "reason", reason, "deadline", logTime(end))
 	} else {
-		l.stopping, l.stopSig, l.stopReason, l.stopSent, l.stopAt = true, sig, reason, sent, now
+		l.stopping, l.stop, l.stopSent = true, Stop{Reason: reason, Signal: sig, At: now}, sent
 	}
-	l.graceEnd = end
-	if l.cfg.OnStop != nil {
-		l.cfg.OnStop(l.stopReason, end)
+	l.stop.Deadline = end
+	l.cfg.Observer.Stopping(l.stop)
+	if l.cfg.Job != nil {
+		l.cfg.Job.Stopping(l.stop)
 	}
 	received, delivered := signalName(sig), signalName(sent)
 	grace := end.Sub(now)
@@ -518,8 +512,8 @@ func (l *loop) startStop(sig, sent unix.Signal, reason string, end time.Time) {
 	budget := grace
 	var reserve time.Duration
 	why := "no final upload"
-	if l.cfg.Reserve != nil {
-		reserve, why = l.cfg.Reserve()
+	if l.cfg.Checkpoints != nil {
+		reserve, why = l.cfg.Checkpoints.Reserve()
 		reserve = min(max(reserve, 0), grace/2)
 		budget -= reserve
 	}
@@ -596,9 +590,7 @@ func (l *loop) reap() {
 			l.noChildren = false
 			return
 		}
-		if l.cfg.OnReap != nil {
-			l.cfg.OnReap(pid, ws, l.cfg.Clock.Now())
-		}
+		l.cfg.Observer.Reaped(pid, ws, l.cfg.Clock.Now())
 		if pid == l.target.Pid {
 			l.childDone = true
 			l.childStatus = ws
@@ -682,9 +674,7 @@ func (l *loop) descendants() []int {
 // counted; later rounds only kill processes not sent one before.
 func (l *loop) killTree() {
 	l.killedAt, l.killedMain = l.cfg.Clock.Now(), !l.childDone
-	if l.cfg.BeforeKill != nil {
-		l.cfg.BeforeKill(l.killedAt)
-	}
+	l.cfg.Observer.Killing(l.killedAt)
 	l.kill.stop()
 	l.tree.stop()
 	l.killWait.set(killWait)
@@ -733,10 +723,10 @@ func (l *loop) finish() error {
 		msg = "lifeboat: the trainer could not be reaped"
 	case l.oomKilled:
 		msg = fmt.Sprintf("lifeboat: the trainer was killed by the kernel's OOM killer (%s)", l.cfg.Memory.Describe())
-	case preempted && l.stopSig != 0:
-		msg = fmt.Sprintf("lifeboat: stopped by SIG%s; %s", signals.Name(l.stopSig), describeStatus(l.childStatus))
+	case preempted && l.stop.Signal != 0:
+		msg = fmt.Sprintf("lifeboat: stopped by SIG%s; %s", signals.Name(l.stop.Signal), describeStatus(l.childStatus))
 	case preempted:
-		msg = fmt.Sprintf("lifeboat: stopped: %s; %s", l.stopReason, describeStatus(l.childStatus))
+		msg = fmt.Sprintf("lifeboat: stopped: %s; %s", l.stop.Reason, describeStatus(l.childStatus))
 	default:
 		msg = fmt.Sprintf("lifeboat: %s", describeStatus(l.childStatus))
 	}
@@ -754,8 +744,8 @@ func (l *loop) finish() error {
 	}
 	if l.flushErr != nil {
 		msg += "; the last checkpoint could not be uploaded: " + l.flushErr.Error()
-	} else if l.cfg.FlushNote != nil && l.childDone {
-		if note := l.cfg.FlushNote(); note != "" {
+	} else if l.cfg.Checkpoints != nil && l.childDone {
+		if note := l.cfg.Checkpoints.FlushNote(); note != "" {
 			msg += "; " + note
 		}
 	}
@@ -769,21 +759,20 @@ func (l *loop) finish() error {
 }
 
 // jobWideStop names the job-wide stop that makes a trainer that failed
-// during a stop a preemption (Config.JobWideStop); "" when it is not one.
-// Once a rank takes part in a job-wide stop, a trainer that fails (a
+// during a stop a preemption (Job.JobWideStop); "" when it is not one. Once a rank takes part in a job-wide stop, a trainer that fails (a
 // collective whose peer left) or that lifeboat SIGKILLed at the grace
 // deadline (blocked in such a collective) ended because of it. A trainer
 // killed by another (the OOM killer) stays a failure.
 func (l *loop) jobWideStop() string {
 	ws := l.childStatus
 	if !l.childDone || !l.stopping || !l.failed() || l.oomKilled ||
-		l.cfg.JobWideStop == nil || l.cfg.PreemptExitCode == PreemptChild {
+		l.cfg.Job == nil || l.cfg.PreemptExitCode == PreemptChild {
 		return ""
 	}
 	if ws.Signaled() && ws.Signal() == unix.SIGKILL && !l.killedMain {
 		return ""
 	}
-	return l.cfg.JobWideStop()
+	return l.cfg.Job.JobWideStop()
 }
 
 // killedAtNotice reports whether lifeboat SIGKILLed the trainer's main

@@ -324,7 +324,7 @@ func TestDescendantsExported(t *testing.T) {
 }
 
 // TestReapAndKillHooks: every reaped process is reported with its status,
-// and BeforeKill runs before the tree is SIGKILLed at the grace deadline,
+// and Observer.Killing is told before the tree is SIGKILLed at the grace deadline,
 // while the trainer is still alive.
 func TestReapAndKillHooks(t *testing.T) {
 	ready := filepath.Join(t.TempDir(), "ready")
@@ -338,18 +338,17 @@ func TestReapAndKillHooks(t *testing.T) {
 		done <- Run(context.Background(), Config{
 			Argv:    []string{"sh", "-c", `trap '' TERM; touch "$0"; while :; do sleep 0.05; done`, ready},
 			Signals: in, Grace: 300 * time.Millisecond,
-			OnReap: func(p int, ws unix.WaitStatus, at time.Time) {
+			Observer: &hooks{reaped: func(p int, ws unix.WaitStatus, at time.Time) {
 				mu.Lock()
 				defer mu.Unlock()
 				if p == pid {
 					reaped = append(reaped, ws)
 				}
-			},
-			BeforeKill: func(time.Time) {
+			}, killing: func(time.Time) {
 				mu.Lock()
 				defer mu.Unlock()
 				aliveAtKill = unix.Kill(pid, 0) == nil
-			},
+			}},
 		})
 	}()
 	for {
@@ -368,10 +367,10 @@ func TestReapAndKillHooks(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if !aliveAtKill {
-		t.Errorf("BeforeKill ran when the trainer was already gone (or never ran)")
+		t.Errorf("Killing was told when the trainer was already gone (or never ran)")
 	}
 	if len(reaped) != 1 || !reaped[0].Signaled() || reaped[0].Signal() != unix.SIGKILL {
-		t.Errorf("OnReap for the trainer got %v, want one SIGKILL status", reaped)
+		t.Errorf("Reaped for the trainer got %v, want one SIGKILL status", reaped)
 	}
 }
 
@@ -417,8 +416,8 @@ func waitZombie(t *testing.T, pid int) {
 }
 
 // TestJobWideStop: a trainer SIGKILLed at the grace deadline of a stop
-// exits 137, unless JobWideStop names a job-wide stop: then lifeboat exits
-// with the preemption code, says so in the termination log and in
+// exits 137, unless Job.JobWideStop names a job-wide stop: then lifeboat
+// exits with the preemption code, says so in the termination log and in
 // supervisor.exit, and JobWideStop is asked once. With PreemptChild, a
 // trainer that exits at the stop, or one SIGKILLed by another than
 // lifeboat, it is not asked.
@@ -459,7 +458,7 @@ func TestJobWideStop(t *testing.T) {
 					Argv:    []string{"sh", "-c", cmp.Or(tc.script, `trap '' TERM`) + `; touch "$0"; while :; do sleep 0.05; done`, ready},
 					Signals: in, Grace: grace, PreemptExitCode: tc.preempt,
 					Log: logs.logger(), TerminationLog: tlog, TerminationLogCreate: true,
-					JobWideStop: func() string { asked.Add(1); return tc.answer },
+					Job: &hooks{jobWideStop: func() string { asked.Add(1); return tc.answer }},
 				})
 			}()
 			waitFile(t, ready)

@@ -50,35 +50,46 @@ func (d *coordInterval) Set(s string) error {
 	return nil
 }
 
-// jobStop is one lifeboat's part in the job-wide stop.
+// jobStop is one lifeboat's part in the job-wide stop: the supervisor's
+// Job. A nil *jobStop (one rank, or the job-wide stop off) does nothing.
 type jobStop struct {
 	c   *coord.Coordinator
 	log *slog.Logger
+	dir string // the checkpoint directory, where the stop file is written
 }
 
-// start wires the job-wide stop into cfg when it applies (a store, more
-// than one rank, --coord-interval above 0) and returns nil when it does
-// not: another rank's record arrives as a notice with no deadline of its
-// own, so this rank's grace applies, and the trainer learns of the stop
-// file through LIFEBOAT_STOP_FILE. A stop that begins here is written by
-// begin. Its looks at the stop flag are passed on to cl, this rank's
-// claim (nil: none), which then asks the store for nothing more while
-// all is settled.
-func (o *coordOptions) start(ctx context.Context, cfg *supervisor.Config, p *pipeline.Pipeline, cl *coord.Claim) (*jobStop, error) {
+var _ supervisor.Job = (*jobStop)(nil)
+
+// start starts the job-wide stop when it applies (a store, more than one
+// rank, --coord-interval above 0) and returns nil when it does not:
+// another rank's record arrives as a notice with no deadline of its own
+// (merge), so this rank's grace applies, and the trainer learns of the
+// stop file through LIFEBOAT_STOP_FILE (env). A stop that begins here is
+// written by Stopping. Its looks at the stop flag are passed on to cl, this
+// rank's claim (nil: none), which then asks the store for nothing more
+// while all is settled.
+func (o *coordOptions) start(ctx context.Context, p *pipeline.Pipeline, cl *coord.Claim, grace time.Duration, log *slog.Logger) (*jobStop, error) {
 	if p == nil || p.WorldSize < 2 || o.interval == 0 {
 		return nil, nil
 	}
 	host, _ := os.Hostname()
 	c, err := coord.New(coord.Config{Store: p.Store, Rank: p.Rank, WorldSize: p.WorldSize, Host: host,
-		Interval: o.interval, Started: processStarted, Dir: p.Dir, StepWait: cfg.Grace / 4, Log: cfg.Log, Claim: cl})
+		Interval: o.interval, Started: processStarted, Dir: p.Dir, StepWait: grace / 4, Log: log, Claim: cl})
 	if err != nil {
 		return nil, err
 	}
-	j := &jobStop{c: c, log: cfg.Log}
+	j := &jobStop{c: c, log: log, dir: p.Dir}
 	go c.Run(ctx)
-	cfg.Notices = j.merge(ctx, cfg.Notices)
-	cfg.Env = supervisor.MergeEnv(cfg.Env, []string{"LIFEBOAT_STOP_FILE=" + filepath.Join(p.Dir, coord.StopFile)})
 	return j, nil
+}
+
+// env is what the trainer is told of the job-wide stop: the stop file it
+// may look for (lifeboat.stop_requested()); nothing without one.
+func (j *jobStop) env() []string {
+	if j == nil {
+		return nil
+	}
+	return []string{"LIFEBOAT_STOP_FILE=" + filepath.Join(j.dir, coord.StopFile)}
 }
 
 // stoppedDuringStartup writes the stop record, then the stop flag, of a
@@ -112,7 +123,7 @@ func (o *coordOptions) stoppedDuringStartup(st storage.Store, ro rankOptions, si
 
 // startSidecar is the sidecar's part in the job-wide stop when it applies
 // (more than one rank, --coord-interval above 0), nil otherwise. The
-// sidecar writes a stop record on its own stop (begin), and follows
+// sidecar writes a stop record on its own stop (Stopping), and follows
 // another rank's: the trainer, in another container, learns of it from the
 // stop file in --dir (lifeboat.stop_requested(), LIFEBOAT_STOP_FILE) and
 // saves; the sidecar uploads until its own stop, as before. Its looks at
@@ -128,24 +139,27 @@ func (o *coordOptions) startSidecar(ctx context.Context, p *pipeline.Pipeline, c
 		return nil, err
 	}
 	go c.Run(ctx) // a peer's stop: the stop file and coord.stop_seen; nothing to signal
-	return &jobStop{c: c, log: log}, nil
+	return &jobStop{c: c, log: log, dir: p.Dir}, nil
 }
 
-// begin writes the stop record of a stop that begins on this rank (a
-// signal, a notice, the maximum runtime) for reason, whose grace budget
-// ends at end, for the other ranks to follow; only the first call counts.
-// It is called from the supervisor's OnStop.
-func (j *jobStop) begin(reason string, end time.Time) {
+// Stopping writes the stop record of a stop that begins on this rank (a
+// signal, a notice, the maximum runtime), with its reason and the end of
+// its grace budget, for the other ranks to follow; only the first call
+// counts.
+func (j *jobStop) Stopping(s supervisor.Stop) {
 	if j == nil {
 		return
 	}
-	j.c.Begin(reason, end)
+	j.c.Begin(s.Reason, s.Deadline)
 }
 
-// check is the supervisor's PeerStop: after the trainer failed with no
-// stop in progress, it looks at the store now for another rank's stop
-// and names it ("rank 0: SIGTERM"), "" when there is none.
-func (j *jobStop) check(ctx context.Context) string {
+// PeerStop runs after the trainer failed with no stop in progress: it
+// looks at the store now for another rank's stop and names it ("rank 0:
+// SIGTERM"), "" when there is none.
+func (j *jobStop) PeerStop(ctx context.Context) string {
+	if j == nil {
+		return ""
+	}
 	s, ok := j.c.Check(ctx)
 	if !ok {
 		return ""
@@ -153,18 +167,24 @@ func (j *jobStop) check(ctx context.Context) string {
 	return fmt.Sprintf("rank %d: %s", s.Rank, s.Reason)
 }
 
-// fail is the supervisor's OnFailure: the trainer failed for good, and
-// the stop record written for it stops the other ranks instead of leaving
-// them blocked in a collective until its timeout.
-func (j *jobStop) fail(reason string) {
+// Failed is told that the trainer failed for good: the stop record written
+// for it stops the other ranks instead of leaving them blocked in a
+// collective until its timeout.
+func (j *jobStop) Failed(reason string) {
+	if j == nil {
+		return
+	}
 	j.log.Warn("coord.trainer_failed", "reason", reason,
 		"effect", "a stop record is written: every other rank stops too instead of waiting in a collective for its timeout")
 	j.c.Begin(reason, time.Time{})
 }
 
 // merge relays the cloud notices and the stop of another rank, as a
-// notice with no deadline.
+// notice with no deadline; a nil j relays cloud itself.
 func (j *jobStop) merge(ctx context.Context, cloud <-chan supervisor.Notice) <-chan supervisor.Notice {
+	if j == nil {
+		return cloud
+	}
 	out := make(chan supervisor.Notice, 2)
 	go func() {
 		defer close(out)
@@ -237,13 +257,13 @@ func (j *jobStop) settle(ctx context.Context) {
 	}
 }
 
-// joined names the job-wide stop this rank took part in ("rank 1:
-// SIGTERM"), "" when there was none: the supervisor's JobWideStop, asked
-// when the trainer failed during a stop (its collective failed when a
-// peer left, or it was blocked in one and SIGKILLed at the deadline). The
-// Job must retry the whole gang instead of counting a failure, so
-// lifeboat then exits with the preemption code.
-func (j *jobStop) joined() string {
+// JobWideStop names the job-wide stop this rank took part in ("rank 1:
+// SIGTERM"), "" when there was none; the supervisor asks when the trainer
+// failed during a stop (its collective failed when a peer left, or it was
+// blocked in one and SIGKILLed at the deadline). The Job must retry the
+// whole gang instead of counting a failure, so lifeboat then exits with
+// the preemption code.
+func (j *jobStop) JobWideStop() string {
 	if j == nil {
 		return ""
 	}

@@ -162,16 +162,17 @@ func (o *kubeOptions) grace(ctx context.Context, c *kube.Client, log *slog.Logge
 }
 
 // start discovers the API server and starts sending events and
-// annotations. With graceAuto it first reads the pod's grace into *grace.
-// Outside a pod, and with every feature off, it does nothing.
-func (o *kubeOptions) start(ctx context.Context, log *slog.Logger, graceAuto bool, grace *time.Duration) {
+// annotations, and returns the grace budget: grace, or with graceAuto the
+// pod's, which it reads first. Outside a pod, and with every feature off,
+// it does nothing more.
+func (o *kubeOptions) start(ctx context.Context, log *slog.Logger, graceAuto bool, grace time.Duration) time.Duration {
 	if !o.events && !o.annotations && !graceAuto {
-		return
+		return grace
 	}
 	c := kubeClient(log)
 	if graceAuto {
 		var p *kube.Pod
-		*grace, p = o.grace(ctx, c, log)
+		grace, p = o.grace(ctx, c, log)
 		if p != nil && c != nil {
 			cfg := c.Config()
 			if cfg.PodUID == "" {
@@ -181,7 +182,7 @@ func (o *kubeOptions) start(ctx context.Context, log *slog.Logger, graceAuto boo
 		}
 	}
 	if c == nil || !o.events && !o.annotations {
-		return
+		return grace
 	}
 	o.rep = kube.NewReporter(c, kube.ReporterOptions{Events: o.events, Annotations: o.annotations, Log: log})
 	o.rec = kube.NewRecorder(o.rep, kube.RecorderOptions{DeletionCost: o.deletionCost})
@@ -195,6 +196,7 @@ func (o *kubeOptions) start(ctx context.Context, log *slog.Logger, graceAuto boo
 		}
 	}()
 	log.Debug("kube.on", "pod", c.Config().PodRef(), "events", o.events, "annotations", o.annotations, "deletion_cost", o.deletionCost)
+	return grace
 }
 
 // watch has the pipeline's agent report to the pod, and reports the
@@ -224,14 +226,14 @@ func (o *kubeOptions) watch(p *pipeline.Pipeline) {
 	})
 }
 
-// stopping records that a stop began at at, with the grace budget ending
-// at end (the first call counts for the start, the last for the end).
-func (o *kubeOptions) stopping(at, end time.Time) {
+// stopping records that the stop s began (the first call counts for its
+// start, the last for the end of its grace budget).
+func (o *kubeOptions) stopping(s supervisor.Stop) {
 	if o.rec == nil {
 		return
 	}
-	o.rec.Stopping(at)
-	o.stopEnd.Store(end.UnixNano())
+	o.rec.Stopping(s.At)
+	o.stopEnd.Store(s.Deadline.UnixNano())
 }
 
 // rankClaimed records that another live pod, t, claims this pod's rank.
@@ -271,7 +273,7 @@ func (o *kubeOptions) close() {
 // restored is restore's: one CheckpointRestored event, sent before it
 // exits.
 func (o *kubeOptions) restored(ctx context.Context, log *slog.Logger, step int64, seconds float64) {
-	o.start(ctx, log, false, nil)
+	o.start(ctx, log, false, 0)
 	o.rec.Restored(step, "store", seconds)
 	o.close()
 }

@@ -182,15 +182,3 @@ func feedMetrics(ctx context.Context, m *metrics.Metrics, p *pipeline.Pipeline, 
 		}
 	}, interval)
 }
-
-// recordSupervision wires m to what the supervisor reports: restarts by
-// reason, OOM kills in the trainer's cgroup, and each stop signal
-// received, which is the pod's preemption notice (the kubelet's TERM),
-// counted with source "signal". The grace budget's metric starts at the
-// whole --grace; a stop's end reaches it through OnStop.
-func recordSupervision(cfg *supervisor.Config, m *metrics.Metrics) {
-	m.SetGrace(cfg.Grace)
-	cfg.OnRestart = m.IncRestart
-	cfg.OnOOMKill = m.IncOOMKill
-	cfg.OnStopSignal = m.IncStopSignal
-}

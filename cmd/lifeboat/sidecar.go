@@ -85,7 +85,7 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 	if err != nil {
 		return err
 	}
-	o.kube.start(ctx, log, false, nil)
+	o.kube.start(ctx, log, false, o.grace)
 	defer o.kube.close()
 	o.kube.watch(p)
 	cl, err := o.coord.claim(agentCtx, p, log)
@@ -120,11 +120,13 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 	}
 	releaseClaim(cl)
 	stopAt := time.Now()
-	o.kube.stopping(stopAt, stopAt.Add(o.grace))
-	if sig != nil {
-		if s, ok := sig.(unix.Signal); ok {
-			js.begin("SIG"+signals.Name(s), stopAt.Add(o.grace))
-		}
+	stop := supervisor.Stop{At: stopAt, Deadline: stopAt.Add(o.grace)}
+	if s, ok := sig.(unix.Signal); ok {
+		stop.Reason, stop.Signal = "SIG"+signals.Name(s), s
+	}
+	o.kube.stopping(stop)
+	if stop.Signal != 0 {
+		js.Stopping(stop)
 	}
 	log.Info("sidecar.stopping", "signal", fmt.Sprint(sig), "flush_wait", o.flushWait.String(), "grace", o.grace.String())
 	if o.flushWait > 0 {
