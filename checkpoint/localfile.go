@@ -154,7 +154,7 @@ type readCheck struct {
 // every byte read is fed to its format's stream check in this same pass; a
 // file that is not whole is an error wrapping ErrInterrupted and
 // format.ErrTorn.
-func readChunks(ctx context.Context, dir string, f localFile, chunkSize int, pool chan []byte, check readCheck, send func([]byte)) error {
+func readChunks(ctx context.Context, dir string, f localFile, chunkSize int, pool *chunkBuffers, check readCheck, send func([]byte)) error {
 	fh, err := openBeneath(dir, f.rel)
 	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
 		return storage.Permanent(fmt.Errorf("checkpoint: upload %s: %w (uid %d: %v), so %w; make it readable (chmod) or run lifeboat as the user that writes it",
@@ -193,16 +193,11 @@ func readChunks(ctx context.Context, dir string, f localFile, chunkSize int, poo
 	}
 	var total int64
 	for {
-		var buf []byte
-		select {
-		case buf = <-pool:
-		case <-ctx.Done():
+		buf, ok := pool.take(ctx, nil, chunkSize)
+		if !ok {
 			return context.Cause(ctx)
 		}
-		if buf == nil {
-			buf = make([]byte, chunkSize)
-		}
-		n, err := io.ReadFull(fh, buf[:chunkSize])
+		n, err := io.ReadFull(fh, buf)
 		if n > 0 {
 			total += int64(n)
 			if stream != nil {
@@ -210,7 +205,7 @@ func readChunks(ctx context.Context, dir string, f localFile, chunkSize int, poo
 			}
 			send(buf[:n])
 		} else {
-			pool <- buf
+			pool.give(buf)
 		}
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			break

@@ -157,8 +157,8 @@ type streamFile struct {
 // Stream reads, hashes and stores the whole chunks of the files opts.Find
 // names under dir as they are written, until stop is closed or ctx ends,
 // and returns once every chunk it read is stored or given up. It holds
-// at most Buffers chunks in memory, like an upload: run no upload through
-// the same buffers' budget meanwhile. Files are opened without following
+// its chunks in the Uploader's Buffers, which its uploads share: the
+// final upload after a stream reuses the stream's buffers. Files are opened without following
 // symlinks beneath dir. A later upload by this Uploader takes the chunks
 // it stored without hashing them with SHA-256 or Putting them, when their
 // bytes are unchanged (see the package's notes on streaming).
@@ -170,7 +170,6 @@ func (u *Uploader) Stream(ctx context.Context, dir string, stop <-chan struct{},
 	}
 	chunkSize := int64(cmp.Or(u.ChunkSize, DefaultChunkSize))
 	workers := cmp.Or(u.Workers, DefaultUploadWorkers)
-	buffers := max(cmp.Or(u.Buffers, workers+2), 1)
 	poll, rescan := cmp.Or(opts.Poll, 10*time.Millisecond), cmp.Or(opts.Rescan, 100*time.Millisecond)
 	clock := orDefaultClock(u.Clock)
 	window := safetyWindow(u.SafetyWindow)
@@ -191,15 +190,12 @@ func (u *Uploader) Stream(ctx context.Context, dir string, stop <-chan struct{},
 		}
 		mu.Unlock()
 	}
-	pool := make(chan []byte, buffers)
-	for range buffers {
-		pool <- nil
-	}
+	pool := u.buffers()
 	slots := make(chan struct{}, workers)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	store := func(f *streamFile, id [2]uint64, off int64, buf []byte) {
-		defer func() { pool <- buf }()
+		defer pool.give(buf)
 		sum, crc := storage.Checksums(buf)
 		k := u.streamed.keyed(buf)
 		mu.Lock()
@@ -301,20 +297,13 @@ func (u *Uploader) Stream(ctx context.Context, dir string, stop <-chan struct{},
 			if f.next+chunkSize > st.Size {
 				return true
 			}
-			var buf []byte
-			select {
-			case buf = <-pool:
-			case <-stop:
-				return false
-			case <-ctx.Done():
+			buf, ok := pool.take(ctx, stop, int(chunkSize))
+			if !ok {
 				return false
 			}
-			if buf == nil {
-				buf = make([]byte, chunkSize)
-			}
-			n, err := preadFull(f.fh, buf[:chunkSize], f.next)
+			n, err := preadFull(f.fh, buf, f.next)
 			if err != nil || int64(n) < chunkSize {
-				pool <- buf
+				pool.give(buf)
 				if err != nil && !errors.Is(err, io.EOF) {
 					fail(fmt.Errorf("checkpoint: stream %s: read at byte %d: %w", f.rel, f.next, err))
 				}
@@ -323,10 +312,10 @@ func (u *Uploader) Stream(ctx context.Context, dir string, stop <-chan struct{},
 			select {
 			case slots <- struct{}{}:
 			case <-stop:
-				pool <- buf
+				pool.give(buf)
 				return false
 			case <-ctx.Done():
-				pool <- buf
+				pool.give(buf)
 				return false
 			}
 			off := f.next

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/storage"
+	"github.com/lifeboat-project/lifeboat/storage/mem"
 )
 
 // streaming runs u.Stream over dir for the one file rel, polling every
@@ -157,4 +158,52 @@ func TestStreamTornSaveNeverCommitted(t *testing.T) {
 			t.Errorf("Latest after a torn save: %v; want ErrNoCheckpoint", err)
 		}
 	})
+}
+
+// A stream and the final upload after it share the Uploader's Buffers:
+// the upload reads with the buffers the stream used, so the chunks in
+// memory, and the buffers ever made, stay within Buffers. With a set of
+// buffers per stream and per upload, a stop made twice as many, and
+// lifeboat's peak memory at a stop doubled (bench/checkpoint.sh).
+func TestStreamAndUploadShareBuffers(t *testing.T) {
+	defer verifyNone(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	u := newUploader(mem.New(), nil) // Buffers 4
+	save := pickleOf(randomBytes(31, 12*testChunk+100))
+	f, err := os.Create(filepath.Join(dir, "model.pdparams"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	stored, stop := streaming(t, u, dir, "model.pdparams")
+	if _, err := f.Write(save); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	offs := make([]int64, 12)
+	for i := range offs {
+		offs[i] = int64(i) * testChunk
+	}
+	awaitStored(t, stored, offs...)
+	if sres := stop(); sres.Err != nil || sres.Chunks != 12 {
+		t.Fatalf("stream: %+v; want 12 chunks stored, no error", sres)
+	}
+	streamMade := u.bufs.allocated.Load()
+	res, err := u.UploadFiles(ctx, dir, []string{"model.pdparams"}, Target{Step: 1, WorldSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StreamedChunks != 12 {
+		t.Errorf("upload took %d chunks from the stream, want 12", res.StreamedChunks)
+	}
+	// A second, unrelated upload of 13 new chunks reads through the same
+	// buffers too.
+	upload(t, u, 2, 0, 1, tree{"other.pdparams": pickleOf(randomBytes(32, 12*testChunk+100))})
+	if made := u.bufs.allocated.Load(); made > int64(u.Buffers) {
+		t.Errorf("%d chunk buffers made (%d by the stream), want at most Buffers = %d: the upload did not reuse the stream's",
+			made, streamMade, u.Buffers)
+	}
 }

@@ -72,7 +72,9 @@ type Uploader struct {
 	ChunkSize int // bytes per chunk, default DefaultChunkSize
 	Workers   int // parallel hash-and-Put workers, default DefaultUploadWorkers
 	// Buffers bounds the chunks in memory at once (read, hashed or being
-	// Put), default Workers+2; memory use is about Buffers*ChunkSize.
+	// Put), default Workers+2, across all uploads and streams of this
+	// Uploader (they share the buffers); memory use is about
+	// Buffers*ChunkSize.
 	Buffers int
 	// SafetyWindow must not exceed the window Prune runs with. Default
 	// DefaultSafetyWindow.
@@ -100,6 +102,8 @@ type Uploader struct {
 	known map[fileID][]Chunk // files committed by this Uploader, by identity
 	// streamed is what streams of this Uploader stored (stream.go).
 	streamed streamedChunks
+	// bufs are the chunk buffers of every upload and stream (buffers).
+	bufs chunkBuffers
 	// index is what this Uploader knows of the store's chunks: the hashes
 	// its last listing found, with their modification times, plus the
 	// chunks it has stored since, each with the time its Put began (no
@@ -293,7 +297,6 @@ type uploadRun struct {
 	target    Target
 	chunkSize int
 	workers   int
-	buffers   int
 	window    time.Duration
 	clock     Clock
 	log       *slog.Logger
@@ -334,7 +337,6 @@ func (u *Uploader) plan(ctx context.Context, dir string, paths []string, target 
 		u: u, dir: dir, target: target,
 		chunkSize: cmp.Or(u.ChunkSize, DefaultChunkSize),
 		workers:   workers,
-		buffers:   max(cmp.Or(u.Buffers, workers+2), 1),
 		window:    safetyWindow(u.SafetyWindow),
 		clock:     orDefaultClock(u.Clock),
 		log:       u.Log,
@@ -472,12 +474,9 @@ func (run *uploadRun) reuseKnown() {
 
 // storeChunks reads the files not reused in chunks, one file after
 // another, and hashes and stores up to workers chunks at once, through
-// buffers buffers. The first error stops it and is returned.
+// the Uploader's buffers. The first error stops it and is returned.
 func (run *uploadRun) storeChunks(ctx context.Context) error {
-	pool := make(chan []byte, run.buffers)
-	for range run.buffers {
-		pool <- nil // allocated on first use
-	}
+	pool := run.u.buffers()
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(run.workers + 1) // the reader, and up to workers chunks hashed and Put
 	g.Go(func() error {
@@ -499,7 +498,7 @@ func (run *uploadRun) storeChunks(ctx context.Context) error {
 // readFile reads file i in chunks into buffers from pool and hands each to
 // store. A file that changed while it was read is read again from its
 // start, at most maxRereads times; the chunks of an earlier read are void.
-func (run *uploadRun) readFile(ctx context.Context, i int, pool chan []byte, store func(uploadJob)) error {
+func (run *uploadRun) readFile(ctx context.Context, i int, pool *chunkBuffers, store func(uploadJob)) error {
 	check := readCheck{format: !run.u.SkipFormatCheck}
 	for attempt := 0; ; attempt++ {
 		run.mu.Lock()
@@ -514,7 +513,7 @@ func (run *uploadRun) readFile(ctx context.Context, i int, pool chan []byte, sto
 			j := len(run.chunks[i]) - 1
 			run.mu.Unlock()
 			if ctx.Err() != nil {
-				pool <- buf
+				pool.give(buf)
 				return
 			}
 			f := run.files[i] // the reader's own: a re-read replaces it here
@@ -545,12 +544,12 @@ func (run *uploadRun) readFile(ctx context.Context, i int, pool chan []byte, sto
 // storeJob hashes job's chunk and Puts it unless the store holds it
 // already, fresh enough, or this upload stored it, then gives its buffer
 // back to pool. A chunk of a void read of its file is dropped.
-func (run *uploadRun) storeJob(ctx context.Context, job uploadJob, pool chan []byte) error {
+func (run *uploadRun) storeJob(ctx context.Context, job uploadJob, pool *chunkBuffers) error {
 	run.mu.Lock()
 	void := run.attempts[job.file] != job.attempt
 	run.mu.Unlock()
 	if void { // the file changed: this read of it is void
-		pool <- job.buf
+		pool.give(job.buf)
 		return nil
 	}
 	err := run.u.storeChunk(ctx, job, job.streamed, func(sum string) (skip bool) {
@@ -580,7 +579,7 @@ func (run *uploadRun) storeJob(ctx context.Context, job uploadJob, pool chan []b
 			run.dupN.Add(1)
 		}
 	})
-	pool <- job.buf
+	pool.give(job.buf)
 	return err
 }
 
