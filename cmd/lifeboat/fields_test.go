@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -103,12 +103,20 @@ func TestFieldSentences(t *testing.T) {
 			if want := "lifeboat run: " + tc.want + "\n"; b.String() != want {
 				t.Errorf("printError:\n got %q\nwant %q", b.String(), want)
 			}
-			var logged strings.Builder
-			log := slog.New(slog.NewJSONHandler(&logged, &slog.HandlerOptions{ReplaceAttr: logValue}))
-			log.Warn("checkpoint.upload_failed", "err", tc.err)
-			var line struct{ Err string }
-			if err := json.Unmarshal([]byte(logged.String()), &line); err != nil || line.Err != tc.want {
-				t.Errorf("logged %q (%v); want the err %q", logged.String(), err, tc.want)
+			for _, format := range []string{"json", "text"} {
+				var logged strings.Builder
+				log, err := newLogger(&logged, "info", format)
+				if err != nil {
+					t.Fatal(err)
+				}
+				log.Warn("checkpoint.upload_failed", "err", tc.err)
+				var line struct{ Err string }
+				switch {
+				case format == "json" && (json.Unmarshal([]byte(logged.String()), &line) != nil || line.Err != tc.want):
+					t.Errorf("logged %q; want the err %q", logged.String(), tc.want)
+				case format == "text" && !strings.Contains(logged.String(), " err="+strconv.Quote(tc.want)+"\n"):
+					t.Errorf("logged %q; want the err %q", logged.String(), tc.want)
+				}
 			}
 		})
 	}
