@@ -24,6 +24,11 @@ type Location struct {
 // ErrInvalidURL is wrapped by every ParseURL error.
 var ErrInvalidURL = errors.New("invalid store URL")
 
+// ErrCredentialsInURL is ParseURL's error for a URL with user
+// information: a backend takes its credentials from its own
+// configuration, which the caller names as its users know it.
+var ErrCredentialsInURL = errors.New("credentials do not belong in the URL; give them to the store's configuration")
+
 // ParseURL parses a store URL with the backend registered for its scheme
 // ("s3://bucket/prefix" with storage/s3, "file:///abs/path" with
 // storage/fs). It rejects unknown schemes, user information, query strings
@@ -39,7 +44,7 @@ func ParseURL(raw string) (Location, error) {
 		return Location{}, fmt.Errorf("store URL %q: %v: %w", RedactUser(raw), UnwrapURLError(err), ErrInvalidURL)
 	}
 	bad := func(format string, args ...any) (Location, error) {
-		return Location{}, fmt.Errorf("store URL %q: %s: %w", RedactUser(raw), fmt.Sprintf(format, args...), ErrInvalidURL)
+		return Location{}, fmt.Errorf("store URL %q: %w: %w", RedactUser(raw), fmt.Errorf(format, args...), ErrInvalidURL)
 	}
 	if u.RawQuery != "" || u.ForceQuery {
 		return bad("query strings are not supported; set options with flags")
@@ -48,7 +53,7 @@ func ParseURL(raw string) (Location, error) {
 		return bad("fragments are not supported")
 	}
 	if u.User != nil {
-		return bad("credentials do not belong in the URL; use AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+		return bad("%w", ErrCredentialsInURL)
 	}
 	if u.Scheme == "" {
 		return bad("no scheme; want %s", forms())
@@ -59,7 +64,7 @@ func ParseURL(raw string) (Location, error) {
 	}
 	loc, err := b.Parse(u)
 	if err != nil {
-		return bad("%v", err)
+		return bad("%w", err)
 	}
 	loc.Scheme = b.Scheme
 	return loc, nil

@@ -110,9 +110,10 @@ func (e *codeError) Unwrap() error { return e.err }
 
 // printError prints err for people: "lifeboat NAME: " and the message,
 // one line per error it joins, names in it escaped (printable.ErrorLines),
-// so no name can start a line of its own.
+// so no name can start a line of its own, and the settings a library's
+// error names as flags and variables (namedLines).
 func printError(stderr io.Writer, name string, err error) {
-	lines := printable.ErrorLines(err)
+	lines := namedLines(err)
 	if len(lines) == 0 {
 		return
 	}

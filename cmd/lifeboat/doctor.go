@@ -111,10 +111,10 @@ func probeReport(ctx context.Context, s storage.Store, unsafe bool, failed *bool
 	p, err := storage.ProbeConditionalWrites(ctx, s, time.Now)
 	switch {
 	case errors.Is(err, storage.ErrNoConditionalWrites) && unsafe:
-		return "NOT enforced (accepted by --s3-unsafe-no-conditional-writes): " + err.Error()
+		return "NOT enforced (accepted by --s3-unsafe-no-conditional-writes): " + named(err).Error()
 	case err != nil:
 		*failed = true
-		return "NOT enforced or not checked (lifeboat run refuses the store): " + err.Error()
+		return "NOT enforced or not checked (lifeboat run refuses the store): " + named(err).Error()
 	case p.Cached:
 		return fmt.Sprintf("enforced (probed at %s)", p.Checked.UTC().Format(time.RFC3339))
 	}
@@ -154,7 +154,7 @@ func runDoctor(ctx context.Context, o *doctorOptions) error {
 			sr.Store = s.String()
 			snaps, err := checkpoint.List(ctx, s)
 			if err != nil {
-				sr.Error, rep.Failed = err.Error(), true
+				sr.Error, rep.Failed = named(err).Error(), true
 			} else {
 				sr.Reachable, sr.Checkpoints = true, len(snaps)
 				// What a restore of any world size would take.

@@ -14,6 +14,8 @@ import (
 
 // newLogger returns lifeboat's logger: stderr only, JSON unless stderr is a
 // terminal (or format says otherwise). level is debug, info, warn or error.
+// An error a library logs names flags and variables, not the library's
+// settings (logValue).
 // Lines go through a logOutput: when stderr's reader goes away, logging
 // stops and lifeboat goes on.
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
@@ -22,7 +24,7 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level (LIFEBOAT_LOG_LEVEL) is %q; use debug, info, warn or error", level)
 	}
 	out := newLogOutput(w)
-	opts := &slog.HandlerOptions{Level: lv}
+	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: logValue}
 	switch strings.ToLower(format) {
 	case "", "auto":
 		if out.f != nil && isTerminal(out.f) {

@@ -153,12 +153,13 @@ func (o *storeOptions) open(ctx context.Context) (storage.Store, error) {
 }
 
 // fieldError names the flags and variables of the store's fields in
-// pipeline's *pipeline.FieldError; other errors are returned as they are.
+// pipeline's *pipeline.FieldError, and those of the backend's settings in
+// its errors (named); other errors are returned as they are.
 func (o *storeOptions) fieldError(err error) error {
 	var fe *pipeline.FieldError
 	switch {
 	case !errors.As(err, &fe):
-		return err
+		return named(err)
 	case fe.Field == pipeline.FieldUploadLimit:
 		return fmt.Errorf("--upload-limit (LIFEBOAT_UPLOAD_LIMIT) is %q; give bytes per second such as 200MB or 1GiB", o.uploadLimit)
 	case fe.Field == pipeline.FieldUnsafeNoConditionalWrites:

@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"go/scanner"
 	"go/token"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -313,43 +311,37 @@ func TestFlagNamesInMessages(t *testing.T) {
 		"pid":            "unshare's",
 		"mount-proc":     "unshare's",
 	}
+	// The commands' files and every library package's (libraryFiles).
+	paths, err := filepath.Glob("../*/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	libraryFiles(t, func(_, path string) { paths = append(paths, path) })
 	var bad []string
-	for _, root := range []string{"..", "../../pipeline", "../../storage", "../../checkpoint", "../../agent", "../../watch", "../../notice", "../../limits"} {
-		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if d.IsDir() && d.Name() == "testdata" {
-				return filepath.SkipDir
-			}
-			if d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-				return nil
-			}
-			src, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			fset := token.NewFileSet()
-			var s scanner.Scanner
-			s.Init(fset.AddFile(p, -1, len(src)), src, nil, 0)
-			for {
-				pos, tok, lit := s.Scan()
-				if tok == token.EOF {
-					break
-				}
-				if tok != token.STRING {
-					continue
-				}
-				for _, m := range flagRef.FindAllStringSubmatch(lit, -1) {
-					if !real[m[1]] && foreign[m[1]] == "" {
-						bad = append(bad, fset.Position(pos).String()+": --"+m[1])
-					}
-				}
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	for _, p := range paths {
+		if strings.HasSuffix(p, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(p)
+		if err != nil {
 			t.Fatal(err)
+		}
+		fset := token.NewFileSet()
+		var s scanner.Scanner
+		s.Init(fset.AddFile(p, -1, len(src)), src, nil, 0)
+		for {
+			pos, tok, lit := s.Scan()
+			if tok == token.EOF {
+				break
+			}
+			if tok != token.STRING {
+				continue
+			}
+			for _, m := range flagRef.FindAllStringSubmatch(lit, -1) {
+				if !real[m[1]] && foreign[m[1]] == "" {
+					bad = append(bad, fset.Position(pos).String()+": --"+m[1])
+				}
+			}
 		}
 	}
 	sort.Strings(bad)

@@ -159,20 +159,23 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports every problem with the configuration, each as a sentence
-// naming the flag and environment variable that set it.
+// Validate reports every problem with the configuration; one about a
+// setting the caller names to its users is a *FieldError.
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
 	u, err := url.Parse(c.Endpoint)
 	shown := storage.RedactUser(c.Endpoint)
+	invalid := func(f Field, value, why string) {
+		errs = append(errs, &FieldError{Field: f, Value: value, Err: errors.New(why)})
+	}
 	switch {
 	case err != nil:
-		errs = append(errs, fmt.Errorf("the endpoint %q (--s3-endpoint, AWS_ENDPOINT_URL) is not a URL", shown))
+		invalid(FieldEndpoint, shown, "is not a URL")
 	case u.Scheme != "http" && u.Scheme != "https":
-		errs = append(errs, fmt.Errorf("the endpoint %q (--s3-endpoint, AWS_ENDPOINT_URL) must start with http:// or https://", shown))
+		invalid(FieldEndpoint, shown, "must start with http:// or https://")
 	case u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil:
-		errs = append(errs, fmt.Errorf("the endpoint %q (--s3-endpoint, AWS_ENDPOINT_URL) must be scheme://host[:port] only", shown))
+		invalid(FieldEndpoint, shown, "must be scheme://host[:port] only")
 	}
 	if c.Bucket == "" {
 		errs = append(errs, errors.New("no bucket is set; give the store as s3://bucket/prefix"))
@@ -180,10 +183,10 @@ func (c Config) Validate() error {
 	switch c.BucketLookup {
 	case LookupAuto, LookupPath, LookupDNS:
 	default:
-		errs = append(errs, fmt.Errorf("the bucket lookup %q (--s3-bucket-lookup) must be auto, path or dns", c.BucketLookup))
+		invalid(FieldBucketLookup, string(c.BucketLookup), "must be auto, path or dns")
 	}
 	if (c.AccessKey == "") != (c.SecretKey == "") {
-		errs = append(errs, errors.New("give both the access key and the secret key (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), or neither to use AWS_ACCESS_KEY_ID, the credentials file or IAM"))
+		invalid(FieldCredentials, "", "give both, or neither to use the provider chain (the environment, the credentials file or IAM)")
 	}
 	if c.PartSize < MinPartSize || c.PartSize > MaxPartSize {
 		errs = append(errs, fmt.Errorf("the part size %d must be between %d (5 MiB) and %d (5 GiB)", c.PartSize, MinPartSize, int64(MaxPartSize)))
@@ -195,11 +198,11 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("the parallelism %d must be at least 1", c.Parallelism))
 	}
 	for _, d := range []struct {
-		v    time.Duration
-		flag string
-	}{{c.ConnectTimeout, "--s3-connect-timeout"}, {c.ResponseTimeout, "--s3-response-timeout"}, {c.StallTimeout, "--s3-stall-timeout"}} {
+		v     time.Duration
+		field Field
+	}{{c.ConnectTimeout, FieldConnectTimeout}, {c.ResponseTimeout, FieldResponseTimeout}, {c.StallTimeout, FieldStallTimeout}} {
 		if d.v < 0 {
-			errs = append(errs, fmt.Errorf("the timeout %s (%s) must be positive", d.v, d.flag))
+			invalid(d.field, d.v.String(), "must be positive")
 		}
 	}
 	return errors.Join(errs...)

@@ -19,7 +19,7 @@ func TestValidate(t *testing.T) {
 		{"no scheme", func(c *Config) { c.Endpoint = "minio:9000" }, "http:// or https://"},
 		{"path in endpoint", func(c *Config) { c.Endpoint = "http://minio:9000/ckpt" }, "scheme://host[:port] only"},
 		{"bad lookup", func(c *Config) { c.BucketLookup = "virtual" }, "auto, path or dns"},
-		{"half keys", func(c *Config) { c.AccessKey = "a" }, "both the access key and the secret key"},
+		{"half keys", func(c *Config) { c.AccessKey = "a" }, "AccessKey and SecretKey: give both"},
 		{"small part", func(c *Config) { c.PartSize = 1 << 20 }, "part size"},
 		{"negative parallelism", func(c *Config) { c.Parallelism = -1 }, "parallelism"},
 		{"negative request attempts", func(c *Config) { c.RequestAttempts = -1 }, "request attempts"},
@@ -61,7 +61,7 @@ func TestFromEnv(t *testing.T) {
 }
 
 // TestValidateRedactsEndpointCredentials: an endpoint with credentials
-// (--s3-endpoint, AWS_ENDPOINT_URL) is refused without showing them.
+// (Config.Endpoint) is refused without showing them.
 func TestValidateRedactsEndpointCredentials(t *testing.T) {
 	for _, ep := range []string{"http://AKIAUSER:hunter2pw@minio:9000", "ftp://AKIAUSER:hunter2pw@minio", "http://AKIAUSER:hunter2pw@mi nio:x"} {
 		err := Config{Endpoint: ep, Bucket: "b"}.Validate()

@@ -35,14 +35,20 @@
 // headers, counted from when the request, body included, has been sent, so
 // an upload that is still sending is never cut) and Config.StallTimeout (a
 // read or write that moves no byte). A request that runs out of one ends
-// its whole call at once with an error that names the endpoint and the flag
-// to raise, a net.Error whose Timeout is true, not marked permanent:
+// its whole call at once with a *TimeoutError that names the endpoint and
+// the setting to raise (Phase.Field), a net.Error whose Timeout is true,
+// not marked permanent:
 // minio-go's own ten retries, each waiting as long again, would hide a
 // black-holed endpoint for minutes; the caller's retries decide instead.
 // Opening the store also gives up once ConnectTimeout+ResponseTimeout have
 // passed, so a server that accepts connections and never answers fails New
 // within ResponseTimeout, one that never accepts them within
 // ConnectTimeout.
+//
+// Errors that a setting explains or mends (a missing bucket, an endpoint
+// that cannot be reached, an untrusted certificate, refused credentials)
+// are a *FieldError naming the Config field; the caller names it as its
+// users know it (a flag, a variable).
 //
 // Retries: minio-go sends a request again after a transient failure (a
 // reset connection, HTTP 503), up to ten times by default. A store wrapped

@@ -24,12 +24,12 @@ func TestExplainAnswers(t *testing.T) {
 		want      []string
 		permanent bool
 	}{
-		{"AWS wrong key", minio.ErrorResponse{Code: "InvalidAccessKeyId", StatusCode: 403}, []string{"refused the credentials", "AWS_ACCESS_KEY_ID"}, true},
-		{"versitygw wrong key (404)", minio.ErrorResponse{Code: "XAdminUserNotFound", StatusCode: 404, Message: "No user exists with the provided access key ID."}, []string{"refused the credentials", "AWS_ACCESS_KEY_ID", "HTTP 404"}, true},
+		{"AWS wrong key", minio.ErrorResponse{Code: "InvalidAccessKeyId", StatusCode: 403}, []string{"refused the credentials", "check AccessKey and SecretKey"}, true},
+		{"versitygw wrong key (404)", minio.ErrorResponse{Code: "XAdminUserNotFound", StatusCode: 404, Message: "No user exists with the provided access key ID."}, []string{"refused the credentials", "check AccessKey and SecretKey", "HTTP 404"}, true},
 		{"bad key as 400", minio.ErrorResponse{Code: "InvalidAccessKeyId", StatusCode: 400}, []string{"refused the credentials"}, true},
 		{"denied", minio.ErrorResponse{Code: "AccessDenied", StatusCode: 403}, []string{"access denied", "s3:PutObject"}, true},
-		{"virtual-host style refused", minio.ErrorResponse{Code: "MethodNotAllowed", StatusCode: 405}, []string{"--s3-bucket-lookup path", "LIFEBOAT_S3_BUCKET_LOOKUP"}, true},
-		{"405 without a code", minio.ErrorResponse{StatusCode: 405}, []string{"--s3-bucket-lookup path"}, true},
+		{"virtual-host style refused", minio.ErrorResponse{Code: "MethodNotAllowed", StatusCode: 405}, []string{"set BucketLookup to path"}, true},
+		{"405 without a code", minio.ErrorResponse{StatusCode: 405}, []string{"set BucketLookup to path"}, true},
 		{"quota", minio.ErrorResponse{Code: "QuotaExceeded", StatusCode: 403}, []string{"out of space or over its quota", "server's side"}, true},
 		{"507", minio.ErrorResponse{Code: "InsufficientStorage", StatusCode: 507}, []string{"out of space", "server's side"}, true},
 		{"MinIO full", minio.ErrorResponse{Code: "XMinioStorageFull", StatusCode: 507}, []string{"out of space"}, true},
@@ -56,7 +56,7 @@ func TestExplainAnswers(t *testing.T) {
 	}
 	// Path-style requests that get a 405 are not an addressing problem.
 	s.cfg.BucketLookup = LookupPath
-	if err := s.explain(minio.ErrorResponse{Code: "MethodNotAllowed", StatusCode: 405}); err != nil && strings.Contains(err.Error(), "--s3-bucket-lookup") {
+	if err := s.explain(minio.ErrorResponse{Code: "MethodNotAllowed", StatusCode: 405}); err != nil && strings.Contains(err.Error(), "BucketLookup") {
 		t.Errorf("path-style 405 blamed on the addressing: %v", err)
 	}
 }
@@ -93,7 +93,7 @@ func TestKeysRefusedWith404(t *testing.T) {
 		}
 	})
 	_, err := New(context.Background(), Config{Endpoint: srv.URL, Bucket: "ckpt", AccessKey: "AKIA", SecretKey: "secret", Region: "us-east-1", BucketLookup: LookupPath, RequestAttempts: 1})
-	if err == nil || !strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), "--create-bucket") {
+	if err == nil || !strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), "create it or set CreateBucket") {
 		t.Errorf("missing bucket: %v; want the hint to create it", err)
 	}
 }

@@ -119,14 +119,14 @@ func transport(cfg Config, secure bool) (*http.Transport, error) {
 	if secure && cfg.CAFile != "" {
 		pem, err := os.ReadFile(cfg.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("s3: read CA file (--s3-ca-file, AWS_CA_BUNDLE): %w", err)
+			return nil, &FieldError{Field: FieldCAFile, Err: err}
 		}
 		pool, err := x509.SystemCertPool()
 		if err != nil || pool == nil {
 			pool = x509.NewCertPool()
 		}
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("s3: CA file %s (--s3-ca-file, AWS_CA_BUNDLE) holds no PEM certificates", cfg.CAFile)
+			return nil, &FieldError{Field: FieldCAFile, Value: cfg.CAFile, Err: ErrNoPEM}
 		}
 		if tr.TLSClientConfig == nil {
 			tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
@@ -169,7 +169,7 @@ func (s *Store) checkBucket(ctx context.Context) error {
 		return err
 	}
 	if !s.cfg.CreateBucket {
-		return storage.Permanent(fmt.Errorf("s3: bucket %q does not exist at %s; create it or set --create-bucket", s.cfg.Bucket, s.cfg.Endpoint))
+		return storage.Permanent(s.noBucket())
 	}
 	octx, end = s.openCall(ctx)
 	err = failed(octx, s.client.MakeBucket(octx, s.cfg.Bucket, minio.MakeBucketOptions{Region: s.cfg.Region}))
@@ -199,10 +199,15 @@ func (s *Store) confirmNoBucket(ctx context.Context) error {
 	return nil
 }
 
+// noBucket is the error of a bucket that does not exist.
+func (s *Store) noBucket() error {
+	return &FieldError{Field: FieldCreateBucket, Fix: FixSet, Err: fmt.Errorf("s3: bucket %q does not exist at %s", s.cfg.Bucket, s.cfg.Endpoint)}
+}
+
 // connectError explains a failure of the first request to the server.
 func (s *Store) connectError(err error) error {
 	where := fmt.Sprintf("bucket %q at %s", s.cfg.Bucket, s.cfg.Endpoint)
-	var te *timeoutError
+	var te *TimeoutError
 	if errors.As(err, &te) {
 		return fmt.Errorf("s3: check bucket %q: %w", s.cfg.Bucket, te)
 	}
@@ -218,16 +223,19 @@ func (s *Store) connectError(err error) error {
 	var rerr tls.RecordHeaderError
 	switch {
 	case errors.As(err, &cerr) || errors.As(err, &uerr) || errors.As(err, &herr):
-		return storage.Permanent(fmt.Errorf("s3: TLS certificate of %s not trusted (%v); set AWS_CA_BUNDLE (--s3-ca-file) to the CA that signed it", s.cfg.Endpoint, errors.Unwrap(storage.UnwrapURLError(err))))
+		return storage.Permanent(&FieldError{Field: FieldCAFile, Fix: FixSet, Value: "the CA that signed it",
+			Err: fmt.Errorf("s3: TLS certificate of %s not trusted (%v)", s.cfg.Endpoint, errors.Unwrap(storage.UnwrapURLError(err)))})
 	case errors.As(err, &rerr) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
 		return storage.Permanent(fmt.Errorf("s3: TLS handshake with %s failed; the server does not speak TLS on that port: use http:// in the endpoint", s.cfg.Endpoint))
 	case strings.Contains(err.Error(), "tls:") || strings.Contains(err.Error(), "x509:"):
-		return storage.Permanent(fmt.Errorf("s3: TLS handshake with %s failed: %v; check the endpoint's scheme and AWS_CA_BUNDLE (--s3-ca-file)", s.cfg.Endpoint, storage.UnwrapURLError(err)))
+		return storage.Permanent(&FieldError{Field: FieldCAFile, Fix: FixCheck,
+			Err: fmt.Errorf("s3: TLS handshake with %s failed: %v", s.cfg.Endpoint, storage.UnwrapURLError(err))})
 	}
 	var operr *net.OpError
 	var dnserr *net.DNSError
 	if errors.As(err, &operr) || errors.As(err, &dnserr) {
-		return fmt.Errorf("s3: cannot reach %s for bucket %q: %v; check --s3-endpoint (AWS_ENDPOINT_URL) and that the server is running", s.cfg.Endpoint, s.cfg.Bucket, storage.UnwrapURLError(err))
+		return &FieldError{Field: FieldEndpoint, Fix: FixCheck,
+			Err: fmt.Errorf("s3: cannot reach %s for bucket %q: %v", s.cfg.Endpoint, s.cfg.Bucket, storage.UnwrapURLError(err))}
 	}
 	return fmt.Errorf("s3: check %s: %w", where, err)
 }
@@ -267,14 +275,16 @@ func (s *Store) explain(resp minio.ErrorResponse) error {
 	answer := fmt.Sprintf("%s, HTTP %d: %s", resp.Code, resp.StatusCode, resp.Message)
 	switch classifyAnswer(resp) {
 	case kindCredentials:
-		return storage.Permanent(fmt.Errorf("s3: the server refused the credentials for %s (%s); check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the credentials file, or the IAM role)", where, answer))
+		return storage.Permanent(&FieldError{Field: FieldCredentials, Fix: FixCheck,
+			Err: fmt.Errorf("s3: the server refused the credentials for %s (%s)", where, answer)})
 	case kindDenied:
 		return storage.Permanent(fmt.Errorf("s3: access denied to %s (%s); check the credentials and that their policy allows s3:ListBucket, s3:GetObject, s3:PutObject and s3:DeleteObject on the bucket", where, answer))
 	case kindNoBucket:
-		return storage.Permanent(fmt.Errorf("s3: bucket %q does not exist at %s; create it or set --create-bucket", s.cfg.Bucket, s.cfg.Endpoint))
+		return storage.Permanent(s.noBucket())
 	case kindAddressing:
 		if s.cfg.BucketLookup != LookupPath {
-			return storage.Permanent(fmt.Errorf("s3: %s answered %s: the request did not reach the bucket, as when a server without virtual-host (DNS) bucket names is addressed that way; set --s3-bucket-lookup path (LIFEBOAT_S3_BUCKET_LOOKUP=path)", where, answer))
+			return storage.Permanent(&FieldError{Field: FieldBucketLookup, Fix: FixSet, Value: string(LookupPath),
+				Err: fmt.Errorf("s3: %s answered %s: the request did not reach the bucket, as when a server without virtual-host (DNS) bucket names is addressed that way", where, answer)})
 		}
 	case kindFull:
 		return storage.Permanent(fmt.Errorf("s3: %s is out of space or over its quota (%s); this is the server's side: free space on the server or raise the bucket's quota", where, answer))

@@ -244,7 +244,7 @@ func TestWrongCredentials(t *testing.T) {
 				t.Fatal("New with wrong credentials succeeded")
 			}
 			msg := err.Error()
-			for _, want := range []string{"refused the credentials", cfg.Endpoint, testBucket, "AWS_ACCESS_KEY_ID"} {
+			for _, want := range []string{"refused the credentials", cfg.Endpoint, testBucket, "check AccessKey and SecretKey"} {
 				if !strings.Contains(msg, want) {
 					t.Errorf("error %q does not mention %q", msg, want)
 				}
@@ -267,7 +267,7 @@ func TestMissingBucket(t *testing.T) {
 	if err == nil {
 		t.Fatal("New with a missing bucket succeeded")
 	}
-	for _, want := range []string{cfg.Bucket, "does not exist", cfg.Endpoint, "create it or set --create-bucket"} {
+	for _, want := range []string{cfg.Bucket, "does not exist", cfg.Endpoint, "create it or set CreateBucket"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
@@ -325,7 +325,7 @@ func TestUnreachableEndpoint(t *testing.T) {
 	if err == nil {
 		t.Fatal("New against a closed port succeeded")
 	}
-	for _, want := range []string{"cannot reach", cfg.Endpoint, "ckpt", "AWS_ENDPOINT_URL"} {
+	for _, want := range []string{"cannot reach", cfg.Endpoint, "ckpt", "check Endpoint"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
@@ -348,7 +348,7 @@ func TestTLS(t *testing.T) {
 	if err == nil {
 		t.Fatal("New against an untrusted certificate succeeded")
 	}
-	for _, want := range []string{"not trusted", srv.URL, "AWS_CA_BUNDLE"} {
+	for _, want := range []string{"not trusted", srv.URL, "set CAFile to the CA that signed it"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}

@@ -88,9 +88,10 @@ func blackHoleConfig(addr string) Config {
 	}
 }
 
-// checkTimeout checks that err is a transient timeout that names the
-// endpoint and the flag to change, and shows no credential.
-func checkTimeout(t *testing.T, what string, err error, cfg Config, flag string) {
+// checkTimeout checks that err is a transient timeout (a *TimeoutError)
+// that names the endpoint and the setting to change, and shows no
+// credential.
+func checkTimeout(t *testing.T, what string, err error, cfg Config, field Field) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("%s succeeded against a server that does not answer", what)
@@ -103,7 +104,11 @@ func checkTimeout(t *testing.T, what string, err error, cfg Config, flag string)
 	if storage.IsPermanent(err) {
 		t.Errorf("%s: %v is marked permanent; a server that does not answer may answer later", what, err)
 	}
-	for _, want := range []string{cfg.Endpoint, flag, "--s3-endpoint"} {
+	var te *TimeoutError
+	if !errors.As(err, &te) || te.Phase.Field() != field || te.Endpoint != cfg.Endpoint {
+		t.Errorf("%s: %v is not a *TimeoutError of %s at %s", what, err, field, cfg.Endpoint)
+	}
+	for _, want := range []string{cfg.Endpoint, string(field), string(FieldEndpoint)} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %q does not mention %q", what, err, want)
 		}
@@ -122,10 +127,10 @@ func TestTimeoutBlackHole(t *testing.T) {
 	for _, server := range []struct {
 		name string
 		addr func(*testing.T) string
-		flag string
+		flag Field
 	}{
-		{"silent", testenv.SilentServer, "--s3-response-timeout"},
-		{"unaccepting", unacceptingServer, "--s3-connect-timeout"},
+		{"silent", testenv.SilentServer, FieldResponseTimeout},
+		{"unaccepting", unacceptingServer, FieldConnectTimeout},
 	} {
 		t.Run(server.name, func(t *testing.T) {
 			addr := server.addr(t)
@@ -244,14 +249,14 @@ func TestTimeoutOpenBudget(t *testing.T) {
 	cfg := blackHoleConfig(srv.Listener.Addr().String())
 	cfg.Region = "us-east-1"
 	err := within(t, "New", func() error { _, err := New(context.Background(), cfg); return err })
-	checkTimeout(t, "New", err, cfg, "--s3-response-timeout")
+	checkTimeout(t, "New", err, cfg, FieldResponseTimeout)
 	if !strings.Contains(err.Error(), "did not answer within 600ms") {
 		t.Errorf("error %q does not give the whole budget, 600ms", err)
 	}
 }
 
 // TestTimeoutGetBodyStall: a download that stops moving fails its read
-// within the stall timeout with an error naming the flag.
+// within the stall timeout with an error naming the setting.
 func TestTimeoutGetBodyStall(t *testing.T) {
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -283,23 +288,24 @@ func TestTimeoutGetBodyStall(t *testing.T) {
 	}
 	defer rc.Close()
 	err = within(t, "reading the body", func() error { _, err := io.Copy(io.Discard, rc); return err })
-	checkTimeout(t, "reading the body", err, cfg, "--s3-stall-timeout")
+	checkTimeout(t, "reading the body", err, cfg, FieldStallTimeout)
 }
 
-// TestTimeoutValidate: negative timeouts are configuration errors naming
-// the flag.
+// TestTimeoutValidate: negative timeouts are configuration errors, each a
+// *FieldError of its setting.
 func TestTimeoutValidate(t *testing.T) {
 	for _, tc := range []struct {
 		mutate func(*Config)
-		want   string
+		want   Field
 	}{
-		{func(c *Config) { c.ConnectTimeout = -time.Second }, "--s3-connect-timeout"},
-		{func(c *Config) { c.ResponseTimeout = -time.Second }, "--s3-response-timeout"},
-		{func(c *Config) { c.StallTimeout = -time.Second }, "--s3-stall-timeout"},
+		{func(c *Config) { c.ConnectTimeout = -time.Second }, FieldConnectTimeout},
+		{func(c *Config) { c.ResponseTimeout = -time.Second }, FieldResponseTimeout},
+		{func(c *Config) { c.StallTimeout = -time.Second }, FieldStallTimeout},
 	} {
 		c := Config{Bucket: "ckpt"}
 		tc.mutate(&c)
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+		var fe *FieldError
+		if err := c.Validate(); !errors.As(err, &fe) || fe.Field != tc.want || fe.Value != "-1s" {
 			t.Errorf("Validate() = %v, want an error naming %s", err, tc.want)
 		}
 	}

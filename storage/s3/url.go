@@ -27,7 +27,7 @@ func parseURL(u *url.URL) (storage.Location, error) {
 		return storage.Location{}, errors.New("missing bucket; want s3://bucket/prefix")
 	}
 	if u.Port() != "" || strings.HasSuffix(u.Host, ":") {
-		return storage.Location{}, errors.New("the bucket cannot have a port; set the endpoint with --s3-endpoint or AWS_ENDPOINT_URL")
+		return storage.Location{}, &FieldError{Field: FieldEndpoint, Fix: FixSet, Err: errors.New("the bucket cannot have a port")}
 	}
 	if err := CheckBucket(u.Host); err != nil {
 		return storage.Location{}, err
@@ -81,7 +81,7 @@ func CheckBucket(b string) error {
 		return fmt.Errorf("bucket %q has adjacent dots or a dot next to a hyphen", b)
 	}
 	if isIPv4(b) {
-		return fmt.Errorf("bucket %q looks like an IP address; set the endpoint with --s3-endpoint or AWS_ENDPOINT_URL", b)
+		return &FieldError{Field: FieldEndpoint, Fix: FixSet, Err: fmt.Errorf("bucket %q looks like an IP address", b)}
 	}
 	return nil
 }
