@@ -57,4 +57,4 @@ fuzz:
 
 # The long crash-consistency run: 200 kill -9 trials per store kind.
 crash:
-	LIFEBOAT_CRASH_TRIALS=200 scripts/test.sh -run TestCrash ./cmd/lifeboat
+	LIFEBOAT_CRASH_TRIALS=200 scripts/test.sh -run TestCrash ./e2e/

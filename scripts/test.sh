@@ -4,7 +4,7 @@
 # against it, runs the Python tests, builds the Docker image and runs the
 # preempt-and-resume cycle in real Docker, and stops the server.
 #
-#   scripts/test.sh [go test flags...]      e.g. scripts/test.sh -run TestExitCodes ./cmd/...
+#   scripts/test.sh [go test flags...]      e.g. scripts/test.sh -run TestExitCodes ./e2e/
 #
 # With CI set (or LIFEBOAT_TEST_DISALLOW_SKIP=1) a test that would skip for a
 # missing prerequisite fails instead. LIFEBOAT_TEST_DOCKER=0 leaves out the
@@ -67,7 +67,7 @@ prepare() {
 # go-nvml's header marks many NVML calls deprecated; cgo would print a
 # warning for each of them on every build of limits/gpu.
 export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations"
-# The timeout guards against a hang, not a speed: cmd/lifeboat alone takes
+# The timeout guards against a hang, not a speed: e2e alone takes
 # about 23 minutes on 2 idle cores, and passed 30 on a machine loaded
 # four times over.
 if (($# > 0)); then
@@ -76,7 +76,7 @@ if (($# > 0)); then
 	go test -race -count=1 -timeout 50m "$@"
 else
 	# The tests that start a Kubernetes API server (package deploy and
-	# cmd/lifeboat's TestKubeAPI; RequireKubeBinaries) run once prepare has
+	# e2e's TestKubeAPI; RequireKubeBinaries) run once prepare has
 	# built it; a new one belongs in the second list.
 	set -m # prepare gets a process group of its own, which cleanup can stop
 	prepare >"$work/prepare.log" 2>&1 &
@@ -97,7 +97,7 @@ else
 	LIFEBOAT_TEST_K8S_BIN=$(cat "$work/k8s-bin"); export LIFEBOAT_TEST_K8S_BIN
 	log "go test -race: the Kubernetes API tests"
 	go test -race -count=1 -timeout 20m ./deploy/
-	go test -race -count=1 -timeout 20m -run '^TestKubeAPI$' ./cmd/lifeboat/
+	go test -race -count=1 -timeout 20m -run '^TestKubeAPI$' ./e2e/
 fi
 
 if (($# == 0)); then
@@ -110,7 +110,7 @@ if (($# == 0)); then
 		# shellcheck disable=SC1091
 		. "$work/versitygw/env"
 		go test -race -count=1 -timeout 20m ./storage/s3/ ./checkpoint/ ./coord/
-		go test -race -count=1 -timeout 20m -run '^(TestPreemptAndResume|TestConditionalWritesProbed)$' ./cmd/lifeboat/
+		go test -race -count=1 -timeout 20m -run '^(TestPreemptAndResume|TestConditionalWritesProbed)$' ./e2e/
 	)
 	log "Python helper and example trainer"
 	scripts/python-test.sh
