@@ -28,6 +28,19 @@
 // beside complete steps in the store is said loudly, and nothing in the
 // store is deleted to make room for the new run's checkpoints.
 //
+// It owns the stop-and-flush sequence, one for run and the sidecar
+// (Stopper): when a stop begins, the agent streams the trainer's last
+// save, this rank's claim is released, the job-wide stop's record is
+// written (JobStop), the grace budget's metric counts down and the pod
+// records the stop; the final upload runs until the stop's FlushEnd (the
+// grace budget less supervisor.ExitMargin), a sidecar's waiting first for
+// a trainer still writing; then the job-wide stop's common step, the
+// pod's record of the upload, and the waits for the claim's deletion and
+// the stop record. For run the supervisor drives it (Stopper is its
+// Checkpoints and Observer, JobStop its Job); the sidecar drives it with
+// Stopper.StopSidecar. What it needs of the agent and the pod is a small
+// interface each (Agent, Pod), so package tests drive it with fakes.
+//
 // What Open finds wrong with its options is a *FieldError naming the
 // Options field; the caller names its flags and variables.
 package pipeline

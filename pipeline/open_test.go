@@ -125,11 +125,17 @@ func TestOpenResumesNewerLocal(t *testing.T) {
 	if r, err := resume.Read(p.Dir); err != nil || r == nil || r.Step != 9 || r.Source != resume.SourceLocal {
 		t.Errorf("resume file %+v, %v; want the local step 9", r, err)
 	}
+	// The pod is told what the trainer resumes from.
+	c := &calls{}
+	p.ReportTo(fakePod{c})
+	if got, want := c.take(), []string{"pod.Restored 9 local"}; !slices.Equal(got, want) {
+		t.Errorf("ReportTo told the pod %q, want %q", got, want)
+	}
 }
 
 // TestOpenFreshOverProgress: with restore never and no resume file, the
 // trainer starts fresh beside the store's complete step, and the pipeline
-// says which (FreshOver, for the metric and the pod's event).
+// says which (FreshOver, for the metric; the pod's event, ReportTo).
 func TestOpenFreshOverProgress(t *testing.T) {
 	root := t.TempDir()
 	sc := fileStore(t, root)
@@ -150,6 +156,11 @@ func TestOpenFreshOverProgress(t *testing.T) {
 	}
 	if l := out.lines("resume.fresh_start"); len(l) != 1 || l[0]["level"] != "WARN" {
 		t.Errorf("resume.fresh_start %v; want one WARN", l)
+	}
+	c := &calls{}
+	p.ReportTo(fakePod{c})
+	if got, want := c.take(), []string{"pod.FreshStartOverProgress 100"}; !slices.Equal(got, want) {
+		t.Errorf("ReportTo told the pod %q, want %q", got, want)
 	}
 }
 

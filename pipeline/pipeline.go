@@ -160,6 +160,31 @@ func (p *Pipeline) BeforeRestart(ctx context.Context, attempt int) ([]string, er
 	return r.Env(), nil
 }
 
+// ReportTo has pod told of the restore done before the trainer started,
+// of a fresh start beside complete steps in the store, and of what the
+// agent does from now on (commits, failed uploads, interrupted saves,
+// restores before a restart).
+func (p *Pipeline) ReportTo(pod Pod) {
+	if p.Resume != nil {
+		pod.Restored(p.Resume.Step, p.ResumeSource, p.ResumeSeconds)
+	}
+	if n := p.FreshOver; n != nil {
+		pod.FreshStartOverProgress(n.Step, checkpoint.ShortLine(n.Line))
+	}
+	p.Agent.Notify(func(e agent.Event) {
+		switch e.Kind {
+		case agent.EventCommitted:
+			pod.Committed(e.Step, e.Bytes, e.Seconds, e.Saved, e.Final)
+		case agent.EventUploadFailed:
+			pod.UploadFailed(e.Step, e.Err)
+		case agent.EventInterrupted:
+			pod.Interrupted(e.Step, e.Path, e.Why)
+		case agent.EventRestored:
+			pod.Restored(e.Step, "store", 0)
+		}
+	})
+}
+
 // newWatcher watches dir for o's checkpoints. A sidecar that cannot see
 // the trainer's processes (no shared PID namespace) says so, and its
 // watcher relies on markers, format checks and the settle time.

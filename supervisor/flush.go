@@ -8,9 +8,9 @@ import (
 )
 
 // beginFlush enters the last phase: Checkpoints.Flush (the final upload)
-// runs in its own goroutine under the grace deadline less ExitMargin after
-// a stop, or AfterExitTimeout when the trainer exited on its own. Without
-// Checkpoints the supervision is done.
+// runs in its own goroutine until the stop's FlushEnd after a stop, or
+// AfterExitTimeout when the trainer exited on its own. Without Checkpoints
+// the supervision is done.
 func (l *loop) beginFlush() {
 	cp := l.cfg.Checkpoints
 	if cp == nil {
@@ -22,7 +22,7 @@ func (l *loop) beginFlush() {
 	if l.stopping {
 		s := l.stop
 		stop = &s
-		end, limit = s.Deadline.Add(-ExitMargin), "the grace period"
+		end, limit = s.FlushEnd(), "the grace period"
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), end)
 	done := make(chan error, 1)

@@ -26,6 +26,13 @@ type Stop struct {
 	Deadline time.Time
 }
 
+// FlushEnd is when the final upload of the stop must end: the end of its
+// grace budget less ExitMargin, so that lifeboat exits by itself before
+// the kubelet's SIGKILL. It is the one place the margin is taken off a
+// stop's deadline: the supervisor's Flush context ends there, and so does
+// a sidecar's final upload.
+func (s Stop) FlushEnd() time.Time { return s.Deadline.Add(-ExitMargin) }
+
 // Checkpoints is what the supervisor asks of the checkpoint pipeline
 // beside the trainer: the part of the grace budget its final upload needs,
 // the work between a crash and a restart, and the final upload itself.
@@ -50,8 +57,8 @@ type Checkpoints interface {
 	// Flush is the final upload: it runs once the main child and every
 	// descendant are gone, before Run returns, while the loop keeps
 	// answering signals. stop is the stop in progress, nil when the
-	// trainer exited on its own. Its context ends at the stop's deadline
-	// (less ExitMargin), or after Config.AfterExitTimeout without a stop;
+	// trainer exited on its own. Its context ends at the stop's FlushEnd,
+	// or after Config.AfterExitTimeout without a stop;
 	// a stop during it brings that in to the stop's deadline, and a second
 	// SIGINT cancels it. Run never waits for it past that end: a Flush
 	// still running then is left behind and recorded as failed ("the

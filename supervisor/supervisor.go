@@ -502,7 +502,7 @@ func (l *loop) startStop(sig, sent unix.Signal, reason string, end time.Time) {
 	grace := end.Sub(now)
 	if l.phase != phaseRunning {
 		// The tree is gone: the whole budget is the final upload's.
-		l.boundHook(end.Add(-ExitMargin), "the grace period")
+		l.boundHook(l.stop.FlushEnd(), "the grace period")
 		l.cfg.Log.Info("supervisor.stopping", "reason", reason, "signal", received, "delivered", delivered,
 			"phase", l.phase.String(), "delivery", l.cfg.StopDelivery.String(),
 			"budget", fmt.Sprintf("grace %s, all of it for the final upload (the trainer's tree is gone)", grace.Round(time.Millisecond)),

@@ -9,7 +9,6 @@ import (
 
 	"github.com/lifeboat-project/lifeboat/coord"
 	"github.com/lifeboat-project/lifeboat/pipeline"
-	"github.com/lifeboat-project/lifeboat/supervisor"
 )
 
 // codeRankClaimed is lifeboat's exit code when another live pod claims
@@ -36,61 +35,6 @@ func (o *coordOptions) claim(ctx context.Context, p *pipeline.Pipeline, log *slo
 	p.Uploader.Fence = c.Fence
 	go c.Loop(ctx)
 	return c, nil
-}
-
-// releaseClaim says this lifeboat is stopping: its final upload may
-// overlap a replacement pod of its rank (coord.Claim.Release).
-func releaseClaim(c *coord.Claim) {
-	if c != nil {
-		c.Release()
-	}
-}
-
-// settleClaim releases the claim and waits, until ctx ends, for its
-// deletion: at the exit, so that the next pod of the rank does not wait
-// for it to go stale.
-func settleClaim(ctx context.Context, c *coord.Claim) {
-	if c != nil {
-		c.Release()
-		c.Wait(ctx)
-	}
-}
-
-// claimNotices relays in, and adds a notice when another live pod claims
-// this rank: the trainer is stopped as on preemption (its saves are no
-// longer committed), and the pod gets a Warning event.
-func claimNotices(ctx context.Context, in <-chan supervisor.Notice, c *coord.Claim, k *kubeOptions) <-chan supervisor.Notice {
-	if c == nil {
-		return in
-	}
-	out := make(chan supervisor.Notice, 2)
-	go func() {
-		defer close(out)
-		twin := c.Conflict()
-		for in != nil || twin != nil {
-			var n supervisor.Notice
-			select {
-			case <-ctx.Done():
-				return
-			case cn, ok := <-in:
-				if !ok {
-					in = nil
-					continue
-				}
-				n = cn
-			case t := <-twin:
-				twin = nil
-				k.rankClaimed(c.Run(), t)
-				n = supervisor.Notice{Source: "rank claim", Detail: fmt.Sprintf("another live pod claims this rank: run %s on %s", t.Run, t.Host)}
-			}
-			select {
-			case out <- n:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out
 }
 
 // claimedCode turns err into codeRankClaimed when another live pod

@@ -6,12 +6,8 @@ import (
 	"flag"
 	"log/slog"
 	"os"
-	"sync/atomic"
 	"time"
 
-	"github.com/lifeboat-project/lifeboat/agent"
-	"github.com/lifeboat-project/lifeboat/checkpoint"
-	"github.com/lifeboat-project/lifeboat/coord"
 	"github.com/lifeboat-project/lifeboat/kube"
 	"github.com/lifeboat-project/lifeboat/pipeline"
 	"github.com/lifeboat-project/lifeboat/supervisor"
@@ -33,11 +29,10 @@ type kubeOptions struct {
 	deletionCost bool
 	refresh      time.Duration
 
-	rep     *kube.Reporter
-	rec     *kube.Recorder
-	cancel  context.CancelFunc // ends the refresh
-	done    chan struct{}      // closed when the refresh has ended
-	stopEnd atomic.Int64       // the grace budget's end (Unix ns); 0 before a stop
+	rep    *kube.Reporter
+	rec    *kube.Recorder
+	cancel context.CancelFunc // ends the refresh
+	done   chan struct{}      // closed when the refresh has ended
 }
 
 // register adds the flags; withAnnotations for the commands that run next
@@ -199,67 +194,34 @@ func (o *kubeOptions) start(ctx context.Context, log *slog.Logger, graceAuto boo
 	return grace
 }
 
-// watch has the pipeline's agent report to the pod, and reports the
-// restore it did before the trainer started.
+// watch has the pipeline report to the pod (pipeline.Pipeline.ReportTo).
 func (o *kubeOptions) watch(p *pipeline.Pipeline) {
 	if o.rec == nil || p == nil {
 		return
 	}
-	if p.Resume != nil {
-		o.rec.Restored(p.Resume.Step, p.ResumeSource, p.ResumeSeconds)
-	}
-	if n := p.FreshOver; n != nil {
-		o.rec.FreshStartOverProgress(n.Step, checkpoint.ShortLine(n.Line))
-	}
-	rec := o.rec
-	p.Agent.Notify(func(e agent.Event) {
-		switch e.Kind {
-		case agent.EventCommitted:
-			rec.Committed(e.Step, e.Bytes, e.Seconds, e.Saved, e.Final)
-		case agent.EventUploadFailed:
-			rec.UploadFailed(e.Step, e.Err)
-		case agent.EventInterrupted:
-			rec.Interrupted(e.Step, e.Path, e.Why)
-		case agent.EventRestored:
-			rec.Restored(e.Step, "store", 0)
-		}
-	})
+	p.ReportTo(o.rec)
 }
 
-// stopping records that the stop s began (the first call counts for its
-// start, the last for the end of its grace budget).
-func (o *kubeOptions) stopping(s supervisor.Stop) {
+// pod is what the pipeline tells of the stop, the final upload and
+// another live pod of the rank (pipeline.Stopper, pipeline.ClaimNotices),
+// nil outside a pod or with events and annotations off.
+func (o *kubeOptions) pod() pipeline.Pod {
 	if o.rec == nil {
-		return
+		return nil
 	}
-	o.rec.Stopping(s.At)
-	o.stopEnd.Store(s.Deadline.UnixNano())
-}
-
-// rankClaimed records that another live pod, t, claims this pod's rank.
-func (o *kubeOptions) rankClaimed(run string, t coord.Twin) {
-	if o.rec != nil {
-		o.rec.RankClaimed(run, t.Run, t.Host)
-	}
-}
-
-// flushed records the end of the final upload.
-func (o *kubeOptions) flushed(stopped bool, err error) {
-	if o.rec != nil {
-		o.rec.Flushed(stopped, err)
-	}
+	return o.rec
 }
 
 // close sends what is queued, best-effort, for at most kubeTimeout and
-// never past the grace budget (less a margin for lifeboat's own exit), and
-// stops the background work.
-func (o *kubeOptions) close() {
+// never past the grace budget that ends at end (zero: no stop began; less
+// a margin for lifeboat's own exit), and stops the background work.
+func (o *kubeOptions) close(end time.Time) {
 	if o.rep == nil {
 		return
 	}
 	d := time.Now().Add(kubeTimeout)
-	if end := o.stopEnd.Load(); end != 0 {
-		if e := time.Unix(0, end).Add(-supervisor.ExitMargin / 2); e.Before(d) {
+	if !end.IsZero() {
+		if e := end.Add(-supervisor.ExitMargin / 2); e.Before(d) {
 			d = e
 		}
 	}
@@ -275,5 +237,5 @@ func (o *kubeOptions) close() {
 func (o *kubeOptions) restored(ctx context.Context, log *slog.Logger, step int64, seconds float64) {
 	o.start(ctx, log, false, 0)
 	o.rec.Restored(step, "store", seconds)
-	o.close()
+	o.close(time.Time{})
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,8 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/lifeboat-project/lifeboat/agent"
 	"github.com/lifeboat-project/lifeboat/coord"
+	"github.com/lifeboat-project/lifeboat/pipeline"
 	"github.com/lifeboat-project/lifeboat/signals"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
@@ -64,8 +63,9 @@ func (o *sidecarOptions) withDefaults(getenv func(string) string) error {
 }
 
 // runSidecar opens the store and uploads what the trainer writes until a
-// stop signal, then runs the final upload within the grace period: 0 when
-// it succeeded, CodeFlushFailed when it did not.
+// stop signal, then runs the stop-and-flush sequence run's supervisor runs
+// (pipeline.Stopper.StopSidecar), the final upload within the grace
+// period: 0 when it succeeded, CodeFlushFailed when it did not.
 func runSidecar(ctx context.Context, o *sidecarOptions) error {
 	log := o.common.log
 	ctx, started := startup.during(ctx, nil)
@@ -86,7 +86,8 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 		return err
 	}
 	o.kube.start(ctx, log, false, o.grace)
-	defer o.kube.close()
+	var stopper *pipeline.Stopper
+	defer func() { o.kube.close(stopper.End()) }()
 	o.kube.watch(p)
 	cl, err := o.coord.claim(agentCtx, p, log)
 	if err != nil {
@@ -96,6 +97,8 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 	if err != nil {
 		return err
 	}
+	pod := o.kube.pod()
+	stopper = &pipeline.Stopper{Agent: p.Agent, Job: js, Claim: cl, Pod: pod, Metrics: m, Sidecar: true}
 	var twin <-chan coord.Twin
 	if cl != nil {
 		twin = cl.Conflict()
@@ -113,40 +116,21 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 		// Another live pod uploads as this rank: nothing more is
 		// committed here (the claim's fence refuses it), and the
 		// sidecar exits at once, loudly.
-		o.kube.rankClaimed(cl.Run(), t)
+		if pod != nil {
+			pod.RankClaimed(cl.Run(), t.Run, t.Host)
+		}
 		cancel()
 		<-done
 		return claimedCode(cl, nil, func(msg string) { supervisor.WriteTerminationLog(kubeTerminationLog, false, msg, log) })
 	}
-	releaseClaim(cl)
 	stopAt := time.Now()
 	stop := supervisor.Stop{At: stopAt, Deadline: stopAt.Add(o.grace)}
 	if s, ok := sig.(unix.Signal); ok {
 		stop.Reason, stop.Signal = "SIG"+signals.Name(s), s
 	}
-	o.kube.stopping(stop)
-	if stop.Signal != 0 {
-		js.Stopping(stop)
-	}
 	log.Info("sidecar.stopping", "signal", fmt.Sprint(sig), "flush_wait", o.flushWait.String(), "grace", o.grace.String())
-	if o.flushWait > 0 {
-		time.Sleep(o.flushWait)
-	}
-	end := stopAt.Add(o.grace - supervisor.ExitMargin)
-	fctx, fcancel := context.WithDeadline(context.Background(), end)
-	defer fcancel()
-	// The trainer, in another container, may still be writing: the final
-	// upload waits for it, keeping the upload's reserve (at most half the
-	// grace, as run does).
-	reserve, _ := p.Agent.Reserve()
-	err = p.Agent.FlushWhenWritten(fctx, end.Add(-min(reserve, o.grace/2)))
-	if err == nil || errors.Is(err, agent.ErrStillWriting) {
-		js.common(fctx, p.Agent)
-	}
-	js.settle(fctx)
-	settleClaim(fctx, cl)
+	err = stopper.StopSidecar(stop, o.flushWait)
 	<-done
-	o.kube.flushed(true, err)
 	if err != nil {
 		log.Error("sidecar.final_upload_failed", "err", err)
 		return &codeError{code: supervisor.CodeFlushFailed}
