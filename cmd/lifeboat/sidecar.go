@@ -130,6 +130,11 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 	}
 	log.Info("sidecar.stopping", "signal", fmt.Sprint(sig), "flush_wait", o.flushWait.String(), "grace", o.grace.String())
 	err = stopper.StopSidecar(stop, o.flushWait)
+	// The final upload is over, done or out of time: nothing more is for
+	// the agent to do. A request that never reached its loop (busy past
+	// the deadline) would otherwise leave it running, and the sidecar
+	// waiting here until the kubelet's SIGKILL.
+	cancel()
 	<-done
 	if err != nil {
 		log.Error("sidecar.final_upload_failed", "err", err)
