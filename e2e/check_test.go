@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lifeboat-project/lifeboat/internal/testenv"
 )
 
 // TestCheckCommand drives `lifeboat check` on a directory holding a whole
@@ -68,7 +70,7 @@ func TestCheckCommand(t *testing.T) {
 		t.Errorf("--json: exit %d, want 1", code)
 	}
 	js := out[:strings.LastIndex(out, "}")+1]
-	assertSnakeCase(t, []byte(js))
+	testenv.AssertSnakeCase(t, []byte(js))
 	var sv struct {
 		Newest      string `json:"newest"`
 		NewestOK    bool   `json:"newest_would_commit"`

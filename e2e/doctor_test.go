@@ -5,45 +5,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/lifeboat-project/lifeboat/internal/testenv"
 	"github.com/lifeboat-project/lifeboat/limits/memory"
 )
-
-var snakeKey = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
-
-// jsonKeys returns every object key in v, at any depth, with its path.
-func jsonKeys(v any, path string, out map[string]string) {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			out[path+"."+k] = k
-			jsonKeys(e, path+"."+k, out)
-		}
-	case []any:
-		for _, e := range x {
-			jsonKeys(e, path+"[]", out)
-		}
-	}
-}
-
-func assertSnakeCase(t *testing.T, data []byte) {
-	t.Helper()
-	var v any
-	if err := json.Unmarshal(data, &v); err != nil {
-		t.Fatalf("%v\n%s", err, data)
-	}
-	keys := map[string]string{}
-	jsonKeys(v, "", keys)
-	for path, k := range keys {
-		if !snakeKey.MatchString(k) {
-			t.Errorf("JSON key %s is not snake_case", path)
-		}
-	}
-}
 
 // TestDoctorJSONKeys: every key of doctor --json from the real binary is
 // snake_case, and its flavour is the one lifeboat version names. (A report
@@ -55,7 +22,7 @@ func TestDoctorJSONKeys(t *testing.T) {
 	if err != nil {
 		t.Fatalf("doctor --json: %v\n%s", err, out)
 	}
-	assertSnakeCase(t, out)
+	testenv.AssertSnakeCase(t, out)
 	var got struct {
 		Flavour string `json:"flavour"`
 	}

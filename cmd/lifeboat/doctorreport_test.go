@@ -2,44 +2,12 @@ package main
 
 import (
 	"encoding/json"
-	"regexp"
 	"testing"
 
+	"github.com/lifeboat-project/lifeboat/internal/testenv"
 	"github.com/lifeboat-project/lifeboat/limits/gpu"
 	"github.com/lifeboat-project/lifeboat/limits/memory"
 )
-
-var snakeKey = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
-
-// jsonKeys returns every object key in v, at any depth, with its path.
-func jsonKeys(v any, path string, out map[string]string) {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			out[path+"."+k] = k
-			jsonKeys(e, path+"."+k, out)
-		}
-	case []any:
-		for _, e := range x {
-			jsonKeys(e, path+"[]", out)
-		}
-	}
-}
-
-func assertSnakeCase(t *testing.T, data []byte) {
-	t.Helper()
-	var v any
-	if err := json.Unmarshal(data, &v); err != nil {
-		t.Fatalf("%v\n%s", err, data)
-	}
-	keys := map[string]string{}
-	jsonKeys(v, "", keys)
-	for path, k := range keys {
-		if !snakeKey.MatchString(k) {
-			t.Errorf("JSON key %s is not snake_case", path)
-		}
-	}
-}
 
 // TestDoctorReportJSONKeys: every key of doctor --json is snake_case in a
 // report with every part filled in (GPUs with MIG devices, the memory plan,
@@ -58,5 +26,5 @@ func TestDoctorReportJSONKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	assertSnakeCase(t, data)
+	testenv.AssertSnakeCase(t, data)
 }
