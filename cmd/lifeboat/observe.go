@@ -14,7 +14,6 @@ import (
 
 	"github.com/lifeboat-project/lifeboat/metrics"
 	"github.com/lifeboat-project/lifeboat/notice"
-	"github.com/lifeboat-project/lifeboat/pipeline"
 	"github.com/lifeboat-project/lifeboat/signals"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
@@ -164,21 +163,4 @@ func (o *observeOptions) noticeSig() (unix.Signal, error) {
 		o.rebalance = sig
 	}
 	return sig, nil
-}
-
-// feedMetrics has m follow the agent's figures, and the store's retries,
-// every interval until ctx ends (metrics.Follow).
-func feedMetrics(ctx context.Context, m *metrics.Metrics, p *pipeline.Pipeline, interval time.Duration) {
-	if m == nil || p == nil {
-		return
-	}
-	m.Follow(ctx, func() metrics.Totals {
-		s := p.Agent.Stats()
-		return metrics.Totals{
-			Commits: s.Commits, LastStep: s.LastStep, LastCommit: s.LastCommit,
-			Uploaded: s.UploadedBytes, Deduped: s.DedupedBytes,
-			Failures: s.Failures, Interrupted: s.Interrupted, Torn: s.Torn, Retries: p.Retries(),
-			Pending: s.PendingBytes, Throughput: s.Throughput,
-		}
-	}, interval)
 }

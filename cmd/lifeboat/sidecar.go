@@ -105,7 +105,7 @@ func runSidecar(ctx context.Context, o *sidecarOptions) error {
 	}
 	done := make(chan struct{})
 	go func() { p.Agent.Run(agentCtx); close(done) }()
-	go feedMetrics(agentCtx, m, p, time.Second)
+	go p.FeedMetrics(agentCtx, m, time.Second)
 	m.SetReady(true)
 	log.Info("sidecar.started", "store", p.Store.String(), "dir", o.checkpoint.dir)
 	var sig os.Signal

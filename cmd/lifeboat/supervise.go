@@ -100,14 +100,9 @@ func supervise(ctx context.Context, base supervisor.Config, p *pipeline.Pipeline
 	if p != nil {
 		stopper.Agent, stopper.Restart = p.Agent, p
 		checkpoints = stopper
-		if p.Resume != nil {
-			m.SetResume(p.ResumeSource, p.Resume.Step, p.ResumeSeconds)
-		} else {
-			m.SetResume("none", -1, p.ResumeSeconds)
-		}
-		m.SetFreshStartOverProgress(p.FreshOver != nil)
+		p.ReportResume(m)
 		go p.Agent.Run(bg)
-		go feedMetrics(bg, m, p, time.Second)
+		go p.FeedMetrics(bg, m, time.Second)
 	}
 	m.SetReady(true)
 	cfg := base
