@@ -7,7 +7,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lifeboat-project/lifeboat/coord"
+	"github.com/lifeboat-project/lifeboat/signals"
+	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/supervisor"
 )
 
@@ -172,4 +176,28 @@ func (j *JobStop) JobWideStop() string {
 	j.log.Warn("coord.exit_as_preemption", "stop_id", s.ID, "from_rank", s.Rank, "reason", s.Reason,
 		"effect", "lifeboat exits with the preemption code, and the Job retries every rank (in a job-wide stop a trainer fails when a peer leaves its collective, or blocks in it until SIGKILLed at its grace deadline)")
 	return fmt.Sprintf("rank %d: %s", s.Rank, s.Reason)
+}
+
+// StopDuringStartup writes the stop record, then the stop flag, of a stop
+// (sig, 0 when none came by a signal) that came while this rank was still
+// starting (restoring its checkpoint), so that the other ranks, which may
+// be training already, stop too at their next interval instead of waiting
+// in a collective for this rank. It waits for the store at most wait and
+// logs what it wrote or could not.
+func StopDuringStartup(st storage.Store, rank int, host string, sig unix.Signal, wait time.Duration, log *slog.Logger) {
+	reason := "stopped during start-up (store open and restore)"
+	if sig != 0 {
+		reason = "SIG" + signals.Name(sig) + " during start-up (store open and restore)"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	s, err := coord.Write(ctx, st, coord.Stop{Rank: rank, Host: host, Reason: reason, Written: time.Now()})
+	if err != nil {
+		log.Warn("coord.stop_not_stored", "err", err, "effect", "the other ranks are not stopped through the store")
+		return
+	}
+	log.Info("coord.stop_written", "stop_id", s.ID, "rank", s.Rank, "host", s.Host, "reason", s.Reason, "effect", "every other rank stops too")
+	if err := coord.Flag(ctx, st, s); err != nil {
+		log.Warn("coord.stop_not_stored", "err", err, "effect", "the other ranks see the stop record when they next list the records (every 5 minutes) or when their trainer fails, not at their next interval")
+	}
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/lifeboat-project/lifeboat/coord"
 	"github.com/lifeboat-project/lifeboat/pipeline"
-	"github.com/lifeboat-project/lifeboat/signals"
 	"github.com/lifeboat-project/lifeboat/storage"
 )
 
@@ -68,33 +67,15 @@ func (o *coordOptions) start(ctx context.Context, p *pipeline.Pipeline, cl *coor
 	return pipeline.NewJobStop(c, p.Dir, log), nil
 }
 
-// stoppedDuringStartup writes the stop record, then the stop flag, of a
-// stop that came while this rank was still starting (restoring its
-// checkpoint), so that the other ranks, which may be training already,
-// stop too at their next interval instead of waiting in a collective for
-// this rank. It does nothing for one rank, with the
-// job-wide stop off, or before the store was opened (nothing can be
-// written then); it waits for the store at most half the grace.
+// stoppedDuringStartup has the other ranks stop too when a stop came
+// while this rank was still starting (pipeline.StopDuringStartup): with
+// several ranks and the job-wide stop on, once the store was opened.
 func (o *coordOptions) stoppedDuringStartup(st storage.Store, ro rankOptions, sig unix.Signal, grace time.Duration, log *slog.Logger) {
 	if st == nil || ro.worldSize < 2 || o.interval == 0 {
 		return
 	}
-	reason := "stopped during start-up (store open and restore)"
-	if sig != 0 {
-		reason = "SIG" + signals.Name(sig) + " during start-up (store open and restore)"
-	}
 	host, _ := os.Hostname()
-	ctx, cancel := context.WithTimeout(context.Background(), min(grace/2, 10*time.Second))
-	defer cancel()
-	s, err := coord.Write(ctx, st, coord.Stop{Rank: ro.rank, Host: host, Reason: reason, Written: time.Now()})
-	if err != nil {
-		log.Warn("coord.stop_not_stored", "err", err, "effect", "the other ranks are not stopped through the store")
-		return
-	}
-	log.Info("coord.stop_written", "stop_id", s.ID, "rank", s.Rank, "host", s.Host, "reason", s.Reason, "effect", "every other rank stops too")
-	if err := coord.Flag(ctx, st, s); err != nil {
-		log.Warn("coord.stop_not_stored", "err", err, "effect", "the other ranks see the stop record when they next list the records (every 5 minutes) or when their trainer fails, not at their next interval")
-	}
+	pipeline.StopDuringStartup(st, ro.rank, host, sig, min(grace/2, 10*time.Second), log)
 }
 
 // startSidecar is the sidecar's part in the job-wide stop when it applies
