@@ -109,11 +109,12 @@
 # scripts/docker-build.sh builds lifeboat:dev and the trainer image is
 # rebuilt from it. LIFEBOAT_K8S_KEEP=1 leaves the temporary directory.
 # The last line is `k8s-e2e: N passed, N failed`. The scenarios `bench`,
-# `bench-bare` and `bench-gang` (bench/k8s.sh) are not tests: they time one
-# preemption, with lifeboat step by step, with a bare shell trainer as a
-# baseline, and of g's JobSet gang. JobSet's controller is built and
-# started only when g or bench-gang is among the scenarios, Volcano's
-# scheduler and controller manager only when h is.
+# `bench-bare`, `bench-gang` and `bench-volcano` (bench/k8s.sh) are not
+# tests: they time one preemption, with lifeboat step by step, with a bare
+# shell trainer as a baseline, of g's JobSet gang and of h's Volcano gang.
+# JobSet's controller is built and started only when g or bench-gang is
+# among the scenarios, Volcano's scheduler and controller manager only when
+# h or bench-volcano is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -1547,9 +1548,10 @@ restoring() {
 # them (each with the time the runtime read it).
 rawlog() {
 	keep_logs
-	local f
-	for f in $(ls "$W/keep/${1}_${2}_"*/"$3"/ 2>/dev/null | sort -n); do
-		cat "$W/keep/${1}_${2}_"*/"$3/$f"
+	local f dir=$W/keep/${1}_${2}_
+	[[ $2 == *@* ]] && dir=$W/keep/${1}_${2%@*}_${2#*@}
+	for f in $(ls "$dir"*/"$3"/ 2>/dev/null | sort -n); do
+		cat "$dir"*/"$3/$f"
 	done
 }
 
@@ -1689,6 +1691,57 @@ bench_gang() {
 	kc delete jobset -n "$ns" train-gang --wait=false >/dev/null
 }
 
+# bench_volcano NS: deploy/volcano's Job (scenario h's setup, the urgent
+# pod on the GPU for 1 s), timed by phases like bench's k8s-bench-job line.
+# vc-scheduler runs throughout, as in a cluster, so kube-scheduler and
+# vc-scheduler race for the GPU the preemption frees: a run where a pod of
+# the new gang was placed before the urgent pod prints a
+# k8s-bench-volcano-raced line instead of the phases.
+bench_volcano() {
+	local ns=$1 t0 r0 r1 n0 n1
+	gpus 2
+	apply_job "$ns" volcano/volcano.yaml "$(gang_opts "$ns" 4000)"
+	wait_until 90 "two pods" eval 'has_pod "$ns" 1 0 && has_pod "$ns" 1 1' || die "[$ns] Volcano made no gang"
+	r0=$(nth_pod "$ns" 1 0)
+	r1=$(nth_pod "$ns" 1 1)
+	wait_until 120 "both ranks to commit" all_committed "$ns" "$r0" "$r1" || die "[$ns] the ranks committed nothing"
+	t0=$(date +%s.%N)
+	urgent "$ns" urgent 1
+	wait_until 180 "the gang's new pods to start" gang_started "$ns" 2 || die "[$ns] Volcano's new gang did not start"
+	n0=$(nth_pod "$ns" 2 0)
+	n1=$(nth_pod "$ns" 2 1)
+	if ! python3 - "$W/$ns.watch" <<-'PY'; then
+		# The urgent pod was placed (spec.nodeName) before any pod of the
+		# new gang: the watch events' order.
+		import json, sys
+		text, dec, i, n, first = open(sys.argv[1]).read(), json.JSONDecoder(), 0, 0, {}
+		while True:
+		    while i < len(text) and text[i].isspace():
+		        i += 1
+		    if i >= len(text):
+		        break
+		    ev, i = dec.raw_decode(text, i)
+		    n += 1
+		    md = ev["object"]["metadata"]
+		    if ev["object"]["spec"].get("nodeName"):
+		        key = "urgent" if md["name"] == "urgent" else md["annotations"].get("volcano.sh/job-version")
+		        first.setdefault(key, n)
+		gangs = [v for k, v in first.items() if k not in ("urgent", "0")]
+		sys.exit(0 if "urgent" in first and all(first["urgent"] < v for v in gangs) else 1)
+	PY
+		echo "k8s-bench-volcano-raced: a pod of the new gang was placed before the urgent pod"
+		kc delete jobs.batch.volcano.sh -n "$ns" train-paddle --wait=false >/dev/null
+		return
+	fi
+	local p
+	for p in "$r0" "$r1" "$n0" "$n1"; do
+		rawlog "$ns" "$p" trainer >"$W/$ns-${p%@*}-${p#*@}.raw"
+	done
+	python3 -c "$PHASES_PY" k8s-bench-volcano "$t0" "$(created "$ns" "$n0" "$n1")" \
+		"$W/$ns-${r0%@*}-${r0#*@}.raw" "$W/$ns-${r1%@*}-${r1#*@}.raw" -- "$W/$ns-${n0%@*}-${n0#*@}.raw" "$W/$ns-${n1%@*}-${n1#*@}.raw"
+	kc delete jobs.batch.volcano.sh -n "$ns" train-paddle --wait=false >/dev/null
+}
+
 # bench_bare NS: not a test (bench/k8s.sh runs it): the baseline of bench,
 # the same preemption with a bare shell as the trainer container's PID 1
 # (no lifeboat, no checkpoint), timed from the urgent pod's creation to the
@@ -1737,7 +1790,7 @@ case " ${SCENARIOS[*]} " in *" g "* | *" bench-gang "*)
 	log "JobSet's controller up in $((SECONDS - t1))s"
 	;;
 esac
-case " ${SCENARIOS[*]} " in *" h "*)
+case " ${SCENARIOS[*]} " in *" h "* | *" bench-volcano "*)
 	t1=$SECONDS
 	volcano_up
 	log "Volcano's scheduler and controller manager up in $((SECONDS - t1))s"
@@ -1796,6 +1849,11 @@ for sc in "${SCENARIOS[@]}"; do
 		gang_runs=$((${gang_runs:-0} + 1))
 		new_ns "sc-gang-$gang_runs" "bench: the same preemption of a JobSet gang of two, timed"
 		bench_gang "sc-gang-$gang_runs"
+		;;
+	bench-volcano)
+		volcano_runs=$((${volcano_runs:-0} + 1))
+		new_ns "sc-volcano-$volcano_runs" "bench: the same preemption of a Volcano gang of two, timed"
+		bench_volcano "sc-volcano-$volcano_runs"
 		;;
 	bench-bare)
 		bare_runs=$((${bare_runs:-0} + 1))
