@@ -670,19 +670,26 @@ func TestEngineCRDs(t *testing.T) {
 	})
 }
 
-// TestJobSetBuildVersion: scripts/jobset-build.sh builds the JobSet
-// controller that scripts/k8s-e2e.sh runs deploy/jobset with; it is the
-// release whose CRD TestEngineCRDs checks the manifest against.
-func TestJobSetBuildVersion(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "scripts", "jobset-build.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^VERSION=\$\{LIFEBOAT_JOBSET_VERSION:-([^}]+)\}$`).FindSubmatch(b)
-	if m == nil {
-		t.Fatal("scripts/jobset-build.sh has no line VERSION=${LIFEBOAT_JOBSET_VERSION:-...}")
-	}
-	if got := string(m[1]); got != jobsetVersion {
-		t.Errorf("scripts/jobset-build.sh builds JobSet %s; deploy/jobset is checked against %s: change both together", got, jobsetVersion)
+// TestEngineBuildVersions: scripts/jobset-build.sh and
+// scripts/volcano-build.sh build the engines that scripts/k8s-e2e.sh runs
+// deploy/jobset and deploy/volcano with; each is the release whose CRDs
+// TestEngineCRDs checks the manifest against.
+func TestEngineBuildVersions(t *testing.T) {
+	for _, c := range []struct{ script, env, engine, want string }{
+		{"jobset-build.sh", "LIFEBOAT_JOBSET_VERSION", "JobSet", jobsetVersion},
+		{"volcano-build.sh", "LIFEBOAT_VOLCANO_VERSION", "Volcano", volcanoVersion},
+	} {
+		b, err := os.ReadFile(filepath.Join("..", "scripts", c.script))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`(?m)^VERSION=\$\{` + c.env + `:-([^}]+)\}$`).FindSubmatch(b)
+		if m == nil {
+			t.Errorf("scripts/%s has no line VERSION=${%s:-...}", c.script, c.env)
+			continue
+		}
+		if got := string(m[1]); got != c.want {
+			t.Errorf("scripts/%s builds %s %s; its manifest is checked against %s: change both together", c.script, c.engine, got, c.want)
+		}
 	}
 }

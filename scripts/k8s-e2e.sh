@@ -27,21 +27,26 @@
 # The manifests are used as shipped (priorityclasses.yaml, rbac.yaml,
 # secret.example.yaml and the three Jobs) after an overlay that changes
 # only what a cluster without a registry, DNS or GPUs needs, and sizes:
-#   - images: lifeboat-example:dev becomes the trainer image built here
-#     (the example trainer on Debian, with `python`), every pull policy
-#     Never;
+#   - images: lifeboat-example:dev (my-paddle-lifeboat:2.6 in
+#     deploy/volcano) becomes the trainer image built here (the example
+#     trainer on Debian, with `python`), every pull policy Never;
 #   - the store: AWS_ENDPOINT_URL is the MinIO here, each store prefix gets
 #     the scenario's namespace in front (s3://ckpt/NS/...), the Secret gets
 #     the server's keys;
 #   - sizes: the trainer's --steps and --save-every (and --pad-mb in c),
 #     CPU and memory requests, one example.com/gpu per trainer (in place
-#     of the nvidia.com/gpu of deploy/jobset);
+#     of the nvidia.com/gpu of deploy/jobset and deploy/volcano);
+#   - deploy/volcano's Job gets what Volcano's admission webhook, not run
+#     here, would add when it is created (each task's minAvailable, its
+#     replicas, and maxRetry, 3; the Job-level ones are in the manifest);
 # and, where a scenario needs it (each says so below): the grace (e), a
 # bad flag value (d), a trainer whose save never ends (e), an Indexed Job
 # of two pods with LIFEBOAT_WORLD_SIZE=2 whose trainers start together,
-# meeting in a directory of the node (f; g's JobSet the same way, with its
-# own WORLD_SIZE; its MASTER_ADDR is not used: the example trainer does
-# not call torch.distributed, and the cluster has no DNS).
+# meeting in a directory of the node (f; g's JobSet and h's Volcano Job
+# the same way, with their own WORLD_SIZE and VC_TASK_INDEX; the example
+# trainer replaces paddle.distributed.launch in h, and neither
+# MASTER_ADDR nor --master is used: the example trainer does not call
+# torch.distributed, and the cluster has no DNS).
 #
 # Scenarios, each checked through the API, the containers' logs (read from
 # the kubelet's log directory: the kubelet serves no logs on 127.0.0.1) and
@@ -72,6 +77,24 @@
 #       the GPU, which the urgent pod holds until `lifeboat ls` has shown
 #       the step the ranks agreed on at the stop (coord.flushed) complete;
 #       both ranks resume that step; the JobSet completes
+#   h   deploy/volcano/volcano.yaml, run by Volcano's scheduler and
+#       controller manager (v1.10.0, built by scripts/volcano-build.sh and
+#       run as processes of this machine with the module's CRDs and the
+#       default Queue; not its admission webhook: volcano_up below), two
+#       pods on two GPUs placed as one gang by vc-scheduler, the trainers
+#       starting together as in f, the rank from VC_TASK_INDEX (the env
+#       plugin), host names and hosts list from the svc plugin: the urgent
+#       pod (kube-scheduler's) preempts one rank; Volcano's PodEvicted
+#       policy restarts the job at once, deleting the other pod, so both
+#       ranks get SIGTERM, flush the same common step and exit 143; the job's
+#       retry count is 1 (RestartJob the only action taken); vc-scheduler
+#       is stopped from the urgent pod's creation until it runs, then
+#       started again, so that the urgent pod is placed before the new
+#       gang (two schedulers share the freed GPUs); the new gang is
+#       created once both old pods are gone and waits whole, neither pod
+#       placed, while one GPU is free and until `lifeboat ls` has shown the
+#       agreed step complete; both ranks resume that step; the Job
+#       completes
 #   c   job.yaml: the replacement is preempted while it restores (the
 #       bridge is slowed so the restore takes a while); the Job still
 #       counts no failure and the pod after it resumes the committed step
@@ -86,16 +109,18 @@
 # scripts/docker-build.sh builds lifeboat:dev and the trainer image is
 # rebuilt from it. LIFEBOAT_K8S_KEEP=1 leaves the temporary directory.
 # The last line is `k8s-e2e: N passed, N failed`. The scenarios `bench`,
-# `bench-bare` and `bench-gang` (bench/k8s.sh) are not tests: they time one
-# preemption, with lifeboat step by step, with a bare shell trainer as a
-# baseline, and of g's JobSet gang. JobSet's controller is built and
-# started only when g or bench-gang is among the scenarios.
+# `bench-bare`, `bench-gang` and `bench-volcano` (bench/k8s.sh) are not
+# tests: they time one preemption, with lifeboat step by step, with a bare
+# shell trainer as a baseline, of g's JobSet gang and of h's Volcano gang.
+# JobSet's controller is built and started only when g or bench-gang is
+# among the scenarios, Volcano's scheduler and controller manager only when
+# h or bench-volcano is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 SCENARIOS=("$@")
-((${#SCENARIOS[@]})) || SCENARIOS=(a d e b1 b2 f g c)
+((${#SCENARIOS[@]})) || SCENARIOS=(a d e b1 b2 f g h c)
 
 TRAINER_IMAGE=lifeboat-k8s-trainer:dev
 PAUSE_IMAGE=lifeboat.invalid/pause:1
@@ -111,6 +136,7 @@ passed=0
 failed=0
 W=
 K8S=
+VOLCANO=
 declare -A PIDS=()
 declare -A SAVED_SYSCTL=()
 IPT_BEFORE=
@@ -210,7 +236,7 @@ cleanup() {
 			ctr_ -n k8s.io tasks rm -f "$id" >/dev/null 2>&1
 		done
 	fi
-	for name in jobset controller-manager scheduler apiserver etcd containerd minio; do
+	for name in jobset vc-scheduler vc-controller-manager controller-manager scheduler apiserver etcd containerd minio; do
 		[ -n "${PIDS[$name]:-}" ] && stop_pid "${PIDS[$name]}"
 	done
 	if [ -n "$W" ]; then
@@ -578,6 +604,33 @@ for d in items:
 json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout)
 '
 
+# volcano_up: Volcano's controller manager and scheduler
+# (scripts/volcano-build.sh builds them from the volcano.sh/volcano module)
+# as processes of this machine, with the module's own CRDs, each with its
+# defaults (the scheduler's built-in configuration: actions enqueue,
+# allocate, backfill; the controller manager's every controller). The
+# scheduler makes the default Queue, the controller manager opens it. The
+# admission webhook manager is not run: deploy/volcano's Job is applied
+# with what its mutating webhook would add (the overlay), and it holds
+# nothing the validating webhook would refuse.
+volcano_up() {
+	local mod
+	VOLCANO=$(scripts/volcano-build.sh install)
+	mod=$(scripts/volcano-build.sh dir)
+	kc apply --server-side -f "$mod/config/crd/volcano/bases" -f "$mod/config/crd/jobflow/bases" >/dev/null
+	wait_until 30 "Volcano's APIs" eval 'kc get jobs.batch.volcano.sh -A && kc get queues.scheduling.volcano.sh && kc get podgroups.scheduling.volcano.sh -A && kc get jobflows.flow.volcano.sh -A'
+	start vc-controller-manager "$VOLCANO/vc-controller-manager" --kubeconfig "$W/admin.kubeconfig" --leader-elect=false -v 3
+	vc_scheduler_up
+	wait_until 60 "Volcano's default Queue to open" eval '[ "$(kc get queues.scheduling.volcano.sh default -o jsonpath={.status.state})" = Open ]' ||
+		die "Volcano's default Queue did not open"
+}
+# vc_scheduler_up: its socket for log levels in the work directory.
+vc_scheduler_up() {
+	mkdir -p "$W/volcano"
+	start vc-scheduler env DEBUG_SOCKET_DIR="$W/volcano" "$VOLCANO/vc-scheduler" --kubeconfig "$W/admin.kubeconfig" \
+		--leader-elect=false --cache-dumper=false
+}
+
 node_ready() {
 	[ "$(kc get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
 }
@@ -626,7 +679,7 @@ def overlay_job(spec):
             spec[k] = opts[k]
     for c in pod.get("initContainers", []) + pod["containers"]:
         c["imagePullPolicy"] = "Never"
-        if c["image"] == "lifeboat-example:dev":
+        if c["image"] in ("lifeboat-example:dev", "my-paddle-lifeboat:2.6"):
             c["image"] = opts["trainer_image"]
         args = c.get("args", [])
         if "--store" in args:
@@ -661,6 +714,7 @@ def overlay_job(spec):
         if "trainer_args" in opts:
             args[:] = opts["trainer_args"] + args[args.index("train.py") + 1:]
         if "rendezvous" in opts:
+            c["env"].append({"name": "RENDEZVOUS_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}})
             c.setdefault("volumeMounts", []).append({"name": "rendezvous", "mountPath": "/rendezvous"})
             pod["volumes"].append({"name": "rendezvous", "hostPath": {"path": opts["rendezvous"], "type": "DirectoryOrCreate"}})
         if opts.get("bare"):
@@ -673,10 +727,22 @@ for d in docs:
     if d["kind"] == "Secret":
         d["stringData"] = {"AWS_ACCESS_KEY_ID": opts["key"], "AWS_SECRET_ACCESS_KEY": opts["secret"]}
         continue
-    if d["kind"] == "Job":
+    if d["kind"] == "Job" and d["apiVersion"] == "batch/v1":
         specs = [d["spec"]]
     elif d["kind"] == "JobSet":
         specs = [r["template"]["spec"] for r in d["spec"]["replicatedJobs"]]
+    elif d["kind"] == "Job" and d["apiVersion"].startswith("batch.volcano.sh/"):
+        # What the admission webhook of Volcano (not run here) would add
+        # on create, as its jobs/mutate does; deploy/volcano sets the
+        # Job-level fields itself.
+        js, specs = d["spec"], d["spec"]["tasks"]
+        js.setdefault("queue", "default")
+        js.setdefault("schedulerName", "volcano")
+        js.setdefault("maxRetry", 3)
+        js.setdefault("minAvailable", sum(t.get("minAvailable", t["replicas"]) for t in specs))
+        for t in specs:
+            t.setdefault("minAvailable", t["replicas"])
+            t.setdefault("maxRetry", 3)
     else:
         continue
     for spec in specs:
@@ -745,9 +811,11 @@ keep_logs_loop() {
 # the kubelet's log files.
 podlog() {
 	keep_logs
-	local f
-	for f in $(ls "$W/keep/${1}_${2}_"*/"$3"/ 2>/dev/null | sort -n); do
-		cat "$W/keep/${1}_${2}_"*/"$3/$f"
+	local f dir=$W/keep/${1}_${2}_
+	# NAME@UID (a Volcano Job's pod): the kubelet's directory of that pod.
+	[[ $2 == *@* ]] && dir=$W/keep/${1}_${2%@*}_${2#*@}
+	for f in $(ls "$dir"*/"$3"/ 2>/dev/null | sort -n); do
+		cat "$dir"*/"$3/$f"
 	done | sed -E 's/^[^ ]+ (stdout|stderr) [FP] //'
 }
 # (grep reads all of it: with pipefail, grep -q's early exit would fail
@@ -784,15 +852,19 @@ while True:
         break
     o = ev.get("object", ev)
     md = o.get("metadata", {})
-    if md.get("name") == name:
-        last = o
     lb = md.get("labels", {})
-    if not name and "batch.kubernetes.io/job-name" in lb and md["name"] not in names and \
-            (not expr or lb.get("batch.kubernetes.io/job-completion-index") == expr):
-        names.append(md["name"])
+    # A Volcano Job gives a restarted gang the old pods names: its pods
+    # are NAME@UID.
+    vc = "volcano.sh/job-name" in lb
+    ref = "%s@%s" % (md.get("name"), md.get("uid")) if vc else md.get("name")
+    if name and (ref == name if "@" in name else md.get("name") == name):
+        last = o
+    index = lb.get("volcano.sh/task-index" if vc else "batch.kubernetes.io/job-completion-index")
+    if not name and ("batch.kubernetes.io/job-name" in lb or vc) and ref not in names and (not expr or index == expr):
+        names.append(ref)
 if not name:
     # With no pod name: the Job pods in the order they appeared (of one
-    # completion index, given as the expression).
+    # completion index or Volcano task index, given as the expression).
     print("\n".join(names))
     sys.exit(0)
 def cs(p, c):
@@ -1145,17 +1217,19 @@ slow_save() {
 # of its incarnation is there, so a rank whose replacement starts first
 # cannot run ahead alone and commit steps its peer's replacement would
 # then restore. The ranks meet in /rendezvous (a directory of the node):
-# each pod leaves its name and the how-manieth pod of its index it is, and
+# each pod leaves its UID and the how-manieth pod of its index it is, and
 # waits for a pod of the same count of every index.
 RENDEZVOUS='
 import os, sys, time, train
-d, index = "/rendezvous", os.environ["JOB_COMPLETION_INDEX"]
+d = "/rendezvous"
+index = os.environ.get("JOB_COMPLETION_INDEX") or os.environ["VC_TASK_INDEX"]
 size = int(os.environ.get("LIFEBOAT_WORLD_SIZE") or os.environ["WORLD_SIZE"])
 def arrivals(i):
     return [f for f in os.listdir(d) if f.startswith("rank-%s-" % i)]
-# The pod name, not the host name: an Indexed Job gives every pod of an
-# index the same host name.
-mine = "rank-%s-%s" % (index, os.environ["LIFEBOAT_POD_NAME"])
+# The pod UID, not the host name or the pod name: an Indexed Job gives
+# every pod of an index the same host name, a Volcano Job the same pod
+# name.
+mine = "rank-%s-%s" % (index, os.environ["RENDEZVOUS_POD_UID"])
 if mine not in arrivals(index):
     count = str(len(arrivals(index)) + 1)
     with open(os.path.join(d, "." + mine), "w") as f:
@@ -1242,7 +1316,8 @@ gang_started() {
 }
 
 # recreated_after NS OLD... -- NEW...: in the pod watch, every OLD pod's
-# deletion comes before every NEW pod's creation.
+# deletion comes before every NEW pod's creation (pods by name, or
+# NAME@UID).
 recreated_after() {
 	python3 - "$W/$1.watch" "${@:2}" <<-'PY'
 		import json, sys
@@ -1256,7 +1331,9 @@ recreated_after() {
 		        break
 		    ev, i = dec.raw_decode(text, i)
 		    n += 1
-		    seen.setdefault((ev["type"], ev["object"]["metadata"]["name"]), n)
+		    md = ev["object"]["metadata"]
+		    seen.setdefault((ev["type"], md["name"]), n)
+		    seen.setdefault((ev["type"], "%s@%s" % (md["name"], md.get("uid"))), n)
 		deleted = [seen.get(("DELETED", p)) for p in old]
 		added = [seen.get(("ADDED", p)) for p in new]
 		if None in deleted or None in added or max(deleted) > min(added):
@@ -1333,6 +1410,101 @@ gang() {
 	expect "[$ns] JobSet restarts at the end (restarts/counted)" "$(jobset_field "$ns" .status.restarts)/${counted:-0}" 1/0
 }
 
+vcjob_field() { kc get jobs.batch.volcano.sh -n "$1" train-paddle -o jsonpath="{$2}"; }
+
+# volcano_gang: h. deploy/volcano's Job, run by Volcano's scheduler and
+# controller manager: one rank is preempted, every rank exits 143, Volcano
+# restarts the whole job (its PodEvicted policy), the new gang is placed
+# only when both its pods fit, both ranks resume one step.
+volcano_gang() {
+	local ns=sc-h
+	gpus 2
+	apply_job "$ns" volcano/volcano.yaml "$(gang_opts "$ns" 4000)"
+	wait_until 90 "two pods" eval 'has_pod "$ns" 1 0 && has_pod "$ns" 1 1' || die "[$ns] Volcano made no gang"
+	local r0 r1
+	r0=$(nth_pod "$ns" 1 0)
+	r1=$(nth_pod "$ns" 1 1)
+	wait_until 120 "both ranks to commit" all_committed "$ns" "$r0" "$r1" || die "[$ns] the ranks committed nothing"
+	pass "[$ns] Volcano's gang trains: ${r0%@*} and ${r1%@*} committed"
+	expect "[$ns] the pods' scheduler and node" \
+		"$(pod "$ns" "$r0" 'p["spec"]["schedulerName"] + " " + p["spec"].get("nodeName", "")') $(pod "$ns" "$r1" 'p["spec"]["schedulerName"] + " " + p["spec"].get("nodeName", "")')" \
+		"volcano $NODE volcano $NODE"
+	# VC_TASK_INDEX (the env plugin) as lifeboat's rank.
+	expect "[$ns] lifeboat's rank in each pod (checkpoint.committed rank)" \
+		"$(last_field "$ns" "$r0" trainer checkpoint.committed rank) $(last_field "$ns" "$r1" trainer checkpoint.committed rank)" "0 1"
+	# The svc plugin: the host names the manifest's --master names.
+	expect "[$ns] the pods' host names (svc plugin)" \
+		"$(pod "$ns" "$r0" 'p["spec"]["hostname"] + "." + p["spec"]["subdomain"]') $(pod "$ns" "$r1" 'p["spec"]["hostname"] + "." + p["spec"]["subdomain"]')" \
+		"train-paddle-trainer-0.train-paddle train-paddle-trainer-1.train-paddle"
+	expect "[$ns] the hosts list (svc plugin's VC_TRAINER_HOSTS)" \
+		"$(kc get cm -n "$ns" train-paddle-svc -o jsonpath='{.data.VC_TRAINER_HOSTS}')" \
+		"train-paddle-trainer-0.train-paddle,train-paddle-trainer-1.train-paddle"
+	expect "[$ns] the job's headless Service (svc plugin)" "$(kc get svc -n "$ns" train-paddle -o jsonpath='{.spec.clusterIP}')" None
+	# The urgent pod is a plain pod of kube-scheduler, which preempts one
+	# rank; two schedulers then place pods on the GPUs that frees: the
+	# urgent pod (once the preempted pod is gone) and Volcano's restarted
+	# gang (once both are gone). So that the urgent pod is placed first, as
+	# the scenario needs, vc-scheduler is stopped until it is, and started
+	# again (as after an upgrade or a leader change): it reads the whole
+	# cluster again before it schedules.
+	stop_pid "${PIDS[vc-scheduler]}"
+	unset 'PIDS[vc-scheduler]'
+	mv "$W/logs/vc-scheduler.log" "$W/logs/vc-scheduler-1.log"
+	# The urgent pod holds its GPU until the checks of the store below are
+	# done: until then the new gang cannot be placed, so it commits nothing.
+	urgent "$ns" urgent 3600
+	wait_until 150 "both ranks to end" eval 'terminated "$ns" "$r0" trainer && terminated "$ns" "$r1" trainer' || die "[$ns] the ranks did not both end"
+	local victim other
+	if [ "$(condition "$ns" "$r0" DisruptionTarget reason)" = PreemptionByScheduler ]; then victim=$r0 other=$r1; else victim=$r1 other=$r0; fi
+	expect "[$ns] one rank preempted" "$(condition "$ns" "$victim" DisruptionTarget reason)" PreemptionByScheduler
+	expect "[$ns] the preempted rank's exit code" "$(exit_code "$ns" "$victim" trainer)" 143
+	# Volcano deletes the other pod as soon as the preempted one is being
+	# deleted (PodEvicted): its lifeboat gets SIGTERM from the kubelet,
+	# before or after it saw the stop in the store, and joins the same
+	# job-wide stop either way.
+	expect "[$ns] the other rank's exit code" "$(exit_code "$ns" "$other" trainer)" 143
+	local common
+	common=$(last_field "$ns" "$victim" trainer coord.flushed common)
+	expect "[$ns] both ranks flushed the same common step (coord.flushed common)" \
+		"$(last_field "$ns" "$other" trainer coord.flushed common)" "$common"
+	log "[$ns] the stops the ranks flushed under (coord.flushed stop_id): $(last_field "$ns" "$victim" trainer coord.flushed stop_id)," \
+		"$(last_field "$ns" "$other" trainer coord.flushed stop_id)"
+	wait_until 150 "the urgent pod to start" running "$ns" urgent urgent || die "[$ns] the urgent pod did not start"
+	wait_until 60 "Volcano to restart the job" eval '[ "$(vcjob_field "$ns" .status.retryCount)" = 1 ]' ||
+		fail "[$ns] Volcano did not restart the job (status.retryCount $(vcjob_field "$ns" .status.retryCount))"
+	vc_scheduler_up
+	wait_until 150 "the gang's new pods" eval 'has_pod "$ns" 2 0 && has_pod "$ns" 2 1' || die "[$ns] Volcano did not recreate the gang"
+	local n0 n1
+	n0=$(nth_pod "$ns" 2 0)
+	n1=$(nth_pod "$ns" 2 1)
+	# Gang scheduling: one GPU is free, so neither new pod is placed.
+	vc_unschedulable() { [ "$(condition "$ns" "$n0" PodScheduled status)/$(condition "$ns" "$n1" PodScheduled status)" = False/False ]; }
+	wait_until 120 "vc-scheduler to consider the new gang" vc_unschedulable || fail "[$ns] vc-scheduler did not mark the new gang's pods unschedulable"
+	expect "[$ns] the new gang waits whole while one GPU is free (nodes of the new pods)" \
+		"[$(pod "$ns" "$n0" 'p["spec"].get("nodeName", "")')] [$(pod "$ns" "$n1" 'p["spec"].get("nodeName", "")')]" "[] []"
+	expect "[$ns] lifeboat ls lists the step agreed at the stop as complete" "$(complete "$ns" train-paddle "$common")" complete
+	kc delete pod -n "$ns" urgent --wait=false >/dev/null
+	wait_until 150 "the gang's new pods to start" gang_started "$ns" 2 || die "[$ns] Volcano's new gang did not start"
+	recreated_after "$ns" "$r0" "$r1" -- "$n0" "$n1" &&
+		pass "[$ns] Volcano created the new gang once both old pods were gone" ||
+		fail "[$ns] a new pod was created before the old gang was gone"
+	expect "[$ns] the new pods' retry count (volcano.sh/job-retry-count)" \
+		"$(pod "$ns" "$n0" 'p["metadata"]["annotations"].get("volcano.sh/job-retry-count")') $(pod "$ns" "$n1" 'p["metadata"]["annotations"].get("volcano.sh/job-retry-count")')" "1 1"
+	expect "[$ns] the actions Volcano took on the job (ExecuteAction events)" \
+		"$(kc get events -n "$ns" --field-selector involvedObject.name=train-paddle,reason=ExecuteAction -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' | sed 's/ *$//' | sort -u | tr '\n' ';')" \
+		"Start to execute action RestartJob;"
+	local s0 s1
+	s0="$(last_field "$ns" "$n0" trainer resume.restored step) $(resumed_step "$ns" "$n0")"
+	s1="$(last_field "$ns" "$n1" trainer resume.restored step) $(resumed_step "$ns" "$n1")"
+	[ "$s0" != " " ] || fail "[$ns] rank 0 restored nothing"
+	expect "[$ns] both ranks resumed one step (restored step, trainer step)" "$s1" "$s0"
+	expect "[$ns] the trainer resumed at the restored step" "${s0#* }" "${s0%% *}"
+	expect "[$ns] the ranks resumed the step agreed at the stop" "${s0%% *}" "$common"
+	wait_until 300 "the Volcano Job to complete" eval '[ "$(vcjob_field "$ns" .status.state.phase)" = Completed ]' || die "[$ns] the Volcano Job did not complete"
+	pass "[$ns] the Volcano Job completed"
+	expect "[$ns] Volcano's retries at the end (status.retryCount of maxRetry 10)" "$(vcjob_field "$ns" .status.retryCount)" 1
+}
+
 # restoring: c. The replacement is preempted while it restores.
 restoring() {
 	local ns=sc-c
@@ -1376,9 +1548,10 @@ restoring() {
 # them (each with the time the runtime read it).
 rawlog() {
 	keep_logs
-	local f
-	for f in $(ls "$W/keep/${1}_${2}_"*/"$3"/ 2>/dev/null | sort -n); do
-		cat "$W/keep/${1}_${2}_"*/"$3/$f"
+	local f dir=$W/keep/${1}_${2}_
+	[[ $2 == *@* ]] && dir=$W/keep/${1}_${2%@*}_${2#*@}
+	for f in $(ls "$dir"*/"$3"/ 2>/dev/null | sort -n); do
+		cat "$dir"*/"$3/$f"
 	done
 }
 
@@ -1518,6 +1691,57 @@ bench_gang() {
 	kc delete jobset -n "$ns" train-gang --wait=false >/dev/null
 }
 
+# bench_volcano NS: deploy/volcano's Job (scenario h's setup, the urgent
+# pod on the GPU for 1 s), timed by phases like bench's k8s-bench-job line.
+# vc-scheduler runs throughout, as in a cluster, so kube-scheduler and
+# vc-scheduler race for the GPU the preemption frees: a run where a pod of
+# the new gang was placed before the urgent pod prints a
+# k8s-bench-volcano-raced line instead of the phases.
+bench_volcano() {
+	local ns=$1 t0 r0 r1 n0 n1
+	gpus 2
+	apply_job "$ns" volcano/volcano.yaml "$(gang_opts "$ns" 4000)"
+	wait_until 90 "two pods" eval 'has_pod "$ns" 1 0 && has_pod "$ns" 1 1' || die "[$ns] Volcano made no gang"
+	r0=$(nth_pod "$ns" 1 0)
+	r1=$(nth_pod "$ns" 1 1)
+	wait_until 120 "both ranks to commit" all_committed "$ns" "$r0" "$r1" || die "[$ns] the ranks committed nothing"
+	t0=$(date +%s.%N)
+	urgent "$ns" urgent 1
+	wait_until 180 "the gang's new pods to start" gang_started "$ns" 2 || die "[$ns] Volcano's new gang did not start"
+	n0=$(nth_pod "$ns" 2 0)
+	n1=$(nth_pod "$ns" 2 1)
+	if ! python3 - "$W/$ns.watch" <<-'PY'; then
+		# The urgent pod was placed (spec.nodeName) before any pod of the
+		# new gang: the watch events' order.
+		import json, sys
+		text, dec, i, n, first = open(sys.argv[1]).read(), json.JSONDecoder(), 0, 0, {}
+		while True:
+		    while i < len(text) and text[i].isspace():
+		        i += 1
+		    if i >= len(text):
+		        break
+		    ev, i = dec.raw_decode(text, i)
+		    n += 1
+		    md = ev["object"]["metadata"]
+		    if ev["object"]["spec"].get("nodeName"):
+		        key = "urgent" if md["name"] == "urgent" else md["annotations"].get("volcano.sh/job-version")
+		        first.setdefault(key, n)
+		gangs = [v for k, v in first.items() if k not in ("urgent", "0")]
+		sys.exit(0 if "urgent" in first and all(first["urgent"] < v for v in gangs) else 1)
+	PY
+		echo "k8s-bench-volcano-raced: a pod of the new gang was placed before the urgent pod"
+		kc delete jobs.batch.volcano.sh -n "$ns" train-paddle --wait=false >/dev/null
+		return
+	fi
+	local p
+	for p in "$r0" "$r1" "$n0" "$n1"; do
+		rawlog "$ns" "$p" trainer >"$W/$ns-${p%@*}-${p#*@}.raw"
+	done
+	python3 -c "$PHASES_PY" k8s-bench-volcano "$t0" "$(created "$ns" "$n0" "$n1")" \
+		"$W/$ns-${r0%@*}-${r0#*@}.raw" "$W/$ns-${r1%@*}-${r1#*@}.raw" -- "$W/$ns-${n0%@*}-${n0#*@}.raw" "$W/$ns-${n1%@*}-${n1#*@}.raw"
+	kc delete jobs.batch.volcano.sh -n "$ns" train-paddle --wait=false >/dev/null
+}
+
 # bench_bare NS: not a test (bench/k8s.sh runs it): the baseline of bench,
 # the same preemption with a bare shell as the trainer container's PID 1
 # (no lifeboat, no checkpoint), timed from the urgent pod's creation to the
@@ -1566,6 +1790,12 @@ case " ${SCENARIOS[*]} " in *" g "* | *" bench-gang "*)
 	log "JobSet's controller up in $((SECONDS - t1))s"
 	;;
 esac
+case " ${SCENARIOS[*]} " in *" h "* | *" bench-volcano "*)
+	t1=$SECONDS
+	volcano_up
+	log "Volcano's scheduler and controller manager up in $((SECONDS - t1))s"
+	;;
+esac
 log "cluster up in $((SECONDS - t0))s"
 pass "one-node cluster up (node $NODE Ready) in $((SECONDS - t0))s"
 
@@ -1606,6 +1836,10 @@ for sc in "${SCENARIOS[@]}"; do
 		new_ns sc-g "jobset.yaml: a JobSet of two ranks, one preempted, the gang recreated"
 		gang
 		;;
+	h)
+		new_ns sc-h "volcano.yaml: a Volcano Job of two ranks, one preempted, the gang restarted"
+		volcano_gang
+		;;
 	bench)
 		bench_runs=$((${bench_runs:-0} + 1))
 		new_ns "sc-bench-$bench_runs" "bench: preemption to resumed trainer, timed"
@@ -1615,6 +1849,11 @@ for sc in "${SCENARIOS[@]}"; do
 		gang_runs=$((${gang_runs:-0} + 1))
 		new_ns "sc-gang-$gang_runs" "bench: the same preemption of a JobSet gang of two, timed"
 		bench_gang "sc-gang-$gang_runs"
+		;;
+	bench-volcano)
+		volcano_runs=$((${volcano_runs:-0} + 1))
+		new_ns "sc-volcano-$volcano_runs" "bench: the same preemption of a Volcano gang of two, timed"
+		bench_volcano "sc-volcano-$volcano_runs"
 		;;
 	bench-bare)
 		bare_runs=$((${bare_runs:-0} + 1))

@@ -43,7 +43,7 @@ docker=0
 
 # prepare builds what the later phases need: Kubernetes' components (the
 # Go tests of the Kubernetes API, the end to end), JobSet's controller,
-# versitygw, and the
+# Volcano's scheduler and controller manager, versitygw, and the
 # Docker images. The whole suite runs it beside the Go tests: those spend
 # most of their time waiting on processes and servers, and a cold build
 # (7 to 21 minutes of Kubernetes, the images' debootstrap) fits inside it.
@@ -53,6 +53,8 @@ prepare() {
 	if [ "${LIFEBOAT_K8S_E2E:-1}" != 0 ]; then
 		log "JobSet's controller (scripts/jobset-build.sh)"
 		scripts/jobset-build.sh install >/dev/null
+		log "Volcano's scheduler and controller manager (scripts/volcano-build.sh)"
+		scripts/volcano-build.sh install >/dev/null
 	fi
 	log "versitygw"
 	scripts/minio.sh install-versitygw >/dev/null
