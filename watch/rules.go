@@ -71,7 +71,8 @@ const (
 )
 
 // rejection says why c is not a checkpoint under the rules of the package
-// comment: the event to log and why, or "" when it is one.
+// comment: the event to log and why (naming MarkerOnly as a
+// setting.Name), or "" and the zero Text when it is one.
 func (w *Watcher) rejection(c *Candidate) (event string, why setting.Text) {
 	if c.Marker {
 		return "", setting.Text{}

@@ -61,8 +61,8 @@ const (
 
 // SurveyOther is a file (or directory) that is part of no checkpoint.
 type SurveyOther struct {
-	Path   string       `json:"path"` // relative to the watched directory
-	Why    setting.Text `json:"why"`
+	Path   string       `json:"path"`             // relative to the watched directory
+	Why    setting.Text `json:"why"`              // a setting it names (Exclude) is a setting.Name: a program renders it (Resolve) before printing
 	Format string       `json:"format,omitempty"` // for a regular file: its content's format
 }
 

@@ -112,7 +112,7 @@ func readMounts(file string) []mountinfo.Entry {
 }
 
 // Writing reports whether the trainer may still be writing a checkpoint,
-// and why: with its processes visible (TrainerProcesses), while one of
+// and why (naming Settle as a setting.Name): with its processes visible (TrainerProcesses), while one of
 // them runs; with Config.WritersInvisible, while some file under Dir has
 // changed within Settle. A sidecar's final upload waits for it to turn
 // false (agent.Agent.FlushWhenWritten). It reads the directory and ProcRoot
