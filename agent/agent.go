@@ -32,6 +32,7 @@ import (
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
 	"github.com/lifeboat-project/lifeboat/internal/beneath"
+	"github.com/lifeboat-project/lifeboat/setting"
 	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/watch"
 )
@@ -710,7 +711,7 @@ func (a *Agent) FlushWhenWritten(ctx context.Context, until time.Time) error {
 	}
 	a.cfg.Log.Warn("checkpoint.trainer_still_writing", "reason", why, "waited_seconds", a.cfg.Clock().Sub(t0).Seconds(),
 		"effect", "the final upload begins now, taking only checkpoints that have settled: the trainer's last save may be missing, and the previous committed checkpoint then stays the latest",
-		"hint", "raise the pod's terminationGracePeriodSeconds and --grace, lower --flush-wait, or have the trainer save faster (docs: the classic sidecar)")
+		"hint", setting.Textf("raise the pod's terminationGracePeriodSeconds and %s, lower %s, or have the trainer save faster (docs: the classic sidecar)", setting.Grace, setting.FlushWait))
 	if err := a.request(ctx, false, true); err != nil {
 		return err
 	}

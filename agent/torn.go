@@ -11,6 +11,7 @@ import (
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
 	"github.com/lifeboat-project/lifeboat/internal/beneath"
+	"github.com/lifeboat-project/lifeboat/setting"
 	"github.com/lifeboat-project/lifeboat/watch"
 )
 
@@ -76,7 +77,7 @@ func (a *Agent) checkTorn(ctx context.Context, r watch.Ready) {
 		} else {
 			args = append(args, "effect", "that revision is never restored; the next commit of this checkpoint replaces it")
 		}
-		args = append(args, "hint", "have the trainer mark a finished save (a marker file, lifeboat.commit(path, step)), or raise --settle above the longest pause inside one save")
+		args = append(args, "hint", setting.Textf("have the trainer mark a finished save (a marker file, lifeboat.commit(path, step)), or raise %s above the longest pause inside one save", setting.Settle))
 		a.cfg.Log.Warn("checkpoint.torn_commit", args...)
 		a.mu.Lock()
 		rec.torn = err == nil

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lifeboat-project/lifeboat/setting"
 	"github.com/lifeboat-project/lifeboat/storage"
 )
 
@@ -574,7 +575,7 @@ func (c *Claim) conflict(ctx context.Context, t Twin) {
 	c.cfg.Log.Error("coord.rank_claimed", "rank", c.cfg.Rank, "world_size", c.cfg.WorldSize, "run", c.run, "host", c.cfg.Host,
 		"other_run", t.Run, "other_host", t.Host, "other_started", t.Started.UTC().Format("2006-01-02T15:04:05.999Z07:00"),
 		"effect", "two live pods train as this rank: this one commits nothing more, stops its trainer and exits with code 78; nothing of it is stored over the other's",
-		"hint", "give every pod its own rank (--rank, LIFEBOAT_RANK, RANK, JOB_COMPLETION_INDEX): two pods of an Indexed Job, a Deployment or a copied pod share one")
+		"hint", setting.Textf("give every pod its own rank (%s): two pods of an Indexed Job, a Deployment or a copied pod share one", setting.Rank))
 	// Written before Conflict delivers the twin: a sidecar exits at once
 	// then, and the twin must still see this claim change.
 	c.flush(ctx)

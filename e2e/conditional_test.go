@@ -60,6 +60,9 @@ func TestConditionalWritesProbed(t *testing.T) {
 	if code != 0 || !strings.Contains(errOut, `"msg":"store.conditional_writes_unsafe"`) {
 		t.Fatalf("run with --s3-unsafe-no-conditional-writes: exit %d, want 0 and a WARN:\n%s", code, errOut)
 	}
+	if want := "then unset --s3-unsafe-no-conditional-writes (LIFEBOAT_S3_UNSAFE_NO_CONDITIONAL_WRITES)"; !strings.Contains(errOut, want) {
+		t.Errorf("the WARN's hint does not say %q:\n%s", want, errOut)
+	}
 	if _, err := os.Stat(marker); err != nil {
 		t.Error("the trainer did not run with --s3-unsafe-no-conditional-writes")
 	}

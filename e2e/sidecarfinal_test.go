@@ -200,7 +200,8 @@ func TestSidecarFinalUploadTrainerStillWriting(t *testing.T) {
 	if got := latestComplete(lsJSON(t, nil, store)); got != 100 {
 		t.Errorf("newest complete step %d, want 100: step 200 was never whole; log:\n%s", got, log)
 	}
-	for _, want := range []string{`"msg":"checkpoint.trainer_still_writing"`, `"msg":"sidecar.final_upload_failed"`} {
+	for _, want := range []string{`"msg":"checkpoint.trainer_still_writing"`, `"msg":"sidecar.final_upload_failed"`,
+		"raise the pod's terminationGracePeriodSeconds and --grace, lower --flush-wait, or have the trainer save faster"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("no %s; log:\n%s", want, log)
 		}

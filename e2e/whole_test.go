@@ -917,6 +917,9 @@ func TestWholeSidecarSaysWritersInvisible(t *testing.T) {
 				t.Errorf("sidecar exit %d, want 0; stderr:\n%s", code, tail(p.stderr.String()))
 			}
 			wantEvent(t, p.stderr.String(), "sidecar.writers_invisible")
+			if want := "it relies on markers, format checks and --settle, also for the final upload"; !strings.Contains(p.stderr.String(), want) {
+				t.Errorf("sidecar.writers_invisible does not say %q; stderr:\n%s", want, tail(p.stderr.String()))
+			}
 			if got := latestComplete(lsJSON(t, w.env, w.url)); got != 100 {
 				t.Errorf("latest complete step %d, want 100 (step 200 was still being written); log:\n%s", got, tail(p.stderr.String()))
 			}

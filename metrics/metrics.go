@@ -144,7 +144,7 @@ func New(version string, opts ...Option) *Metrics {
 	}, []string{"source"})
 	m.freshOver = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "lifeboat_fresh_start_over_progress",
-		Help: "1 when the trainer started from scratch although the store holds a complete checkpoint it did not restore (too big, another world size, --restore never), else 0.",
+		Help: "1 when the trainer started from scratch although the store holds a complete checkpoint it did not restore (too big, another world size, restoring turned off), else 0.",
 	})
 	m.resumeDuration = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "lifeboat_resume_duration_seconds",

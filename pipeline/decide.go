@@ -9,6 +9,7 @@ import (
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
 	"github.com/lifeboat-project/lifeboat/resume"
+	"github.com/lifeboat-project/lifeboat/setting"
 	"github.com/lifeboat-project/lifeboat/watch"
 )
 
@@ -111,12 +112,12 @@ type FreshStart struct {
 	// Warn is set when the store holds progress the trainer does not
 	// resume (a WARN); unset, the store holds nothing to resume (INFO).
 	Warn   bool
-	Reason string
+	Reason setting.Text
 	// WorldSizes, when not empty, lists the other world sizes the store
 	// holds complete steps for, each with the step a restore of that
 	// size takes first ("2 (newest step 5031), 4 (...)").
 	WorldSizes string
-	Hint       string
+	Hint       setting.Text
 }
 
 // Decide decides what the trainer resumes from at start-up, from f alone.
@@ -144,8 +145,8 @@ func Decide(f Facts) Decision {
 	d := Decision{Step: StepFresh, Line: checkpoint.ContinueFrom(nil, ws, nil)}
 	if n := checkpoint.Newest(f.Snaps, ws); n != nil && !f.Sidecar {
 		d.Fresh = &FreshStart{Warn: true,
-			Reason: fmt.Sprintf("--restore never and no resume file from lifeboat restore, although the store holds complete step %d of this world size (line %s)", n.Step, checkpoint.ShortLine(n.Line)),
-			Hint:   "the trainer starts a new line of work beside it; set --restore auto to resume it; lifeboat ls shows the lines"}
+			Reason: setting.Textf("%s never and no resume file from lifeboat restore, although the store holds complete step %d of this world size (line %s)", setting.Restore, n.Step, checkpoint.ShortLine(n.Line)),
+			Hint:   setting.Textf("the trainer starts a new line of work beside it; set %s auto to resume it; lifeboat ls shows the lines", setting.Restore)}
 	}
 	return d
 }
@@ -162,17 +163,17 @@ func AfterRestore(err error, worldSize int, stored []checkpoint.Snapshot) (*Fres
 	case err == nil:
 		return nil, nil
 	case errors.Is(err, checkpoint.ErrNothingRestorable):
-		hint := "see each resume.fallback line; the steps stay in the store"
+		hint := setting.Textf("see each resume.fallback line; the steps stay in the store")
 		if errors.Is(err, checkpoint.ErrTooBig) || errors.Is(err, syscall.ENOSPC) {
-			hint = "make --dir's volume larger; the steps stay in the store"
+			hint = setting.Textf("make %s's volume larger; the steps stay in the store", setting.Dir)
 		}
-		return &FreshStart{Warn: true, Reason: err.Error(), Hint: hint}, nil
+		return &FreshStart{Warn: true, Reason: setting.Textf("%s", err.Error()), Hint: hint}, nil
 	case errors.Is(err, checkpoint.ErrNoCheckpoint):
 		if other := otherWorldSizes(stored, worldSize); other != "" {
-			return &FreshStart{Warn: true, Reason: "no complete checkpoint for world size " + strconv.Itoa(worldSize), WorldSizes: other,
-				Hint: "run with the world size those steps were saved with (--world-size); or, if the format reshards on load, load every old rank's files with --restore-ranks all; or start this world size fresh on purpose with --restore never"}, nil
+			return &FreshStart{Warn: true, Reason: setting.Textf("no complete checkpoint for world size %d", worldSize), WorldSizes: other,
+				Hint: setting.Textf("run with the world size those steps were saved with (%s); or, if the format reshards on load, load every old rank's files with %s all; or start this world size fresh on purpose with %s never", setting.WorldSize, setting.AllRanks, setting.Restore)}, nil
 		}
-		return &FreshStart{Reason: err.Error()}, nil
+		return &FreshStart{Reason: setting.Textf("%s", err.Error())}, nil
 	}
 	return nil, err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/lifeboat-project/lifeboat/checkpoint"
 	"github.com/lifeboat-project/lifeboat/resume"
+	"github.com/lifeboat-project/lifeboat/setting"
 	"github.com/lifeboat-project/lifeboat/watch"
 )
 
@@ -107,8 +109,10 @@ func TestDecide(t *testing.T) {
 			switch {
 			case w.freshWarn == "" && d.Fresh != nil:
 				t.Errorf("fresh %+v; want none", d.Fresh)
-			case w.freshWarn != "" && (d.Fresh == nil || !d.Fresh.Warn || !strings.Contains(d.Fresh.Reason, w.freshWarn) || d.Fresh.Hint == ""):
+			case w.freshWarn != "" && (d.Fresh == nil || !d.Fresh.Warn || !strings.Contains(d.Fresh.Reason.String(), w.freshWarn) || d.Fresh.Hint.IsZero()):
 				t.Errorf("fresh %+v; want a warning naming %q, with a hint", d.Fresh, w.freshWarn)
+			case w.freshWarn != "" && (!d.Fresh.Reason.Mentions(setting.Restore) || !d.Fresh.Hint.Mentions(setting.Restore)):
+				t.Errorf("fresh %+v; want the reason and the hint to name the setting %s", d.Fresh, setting.Restore)
 			}
 		})
 	}
@@ -156,27 +160,29 @@ func TestAfterRestore(t *testing.T) {
 		err        error
 		worldSize  int
 		stored     []checkpoint.Snapshot
-		fresh      *FreshStart // Reason and Hint compared by prefix
+		fresh      *FreshStart // Reason as its text, Hint by its text's prefix and the settings it names
 		refuse     bool
 		wantReason string
 	}{
 		{name: "restored", err: nil, worldSize: 1, stored: stored},
 		{name: "nothing restorable", err: nothing, worldSize: 1,
-			fresh: &FreshStart{Warn: true, Reason: nothing.Error(), Hint: "see each resume.fallback line"}},
+			fresh: &FreshStart{Warn: true, Reason: setting.Textf("%s", nothing.Error()), Hint: setting.Textf("see each resume.fallback line")}},
 		{name: "nothing restorable that fits the volume", err: tooBig, worldSize: 1,
-			fresh: &FreshStart{Warn: true, Reason: tooBig.Error(), Hint: "make --dir's volume larger"}},
+			fresh: &FreshStart{Warn: true, Reason: setting.Textf("%s", tooBig.Error()), Hint: setting.Textf("make %s's volume larger", setting.Dir)}},
 		{name: "nothing restorable for a full disk", err: noSpace, worldSize: 1,
-			fresh: &FreshStart{Warn: true, Reason: noSpace.Error(), Hint: "make --dir's volume larger"}},
+			fresh: &FreshStart{Warn: true, Reason: setting.Textf("%s", noSpace.Error()), Hint: setting.Textf("make %s's volume larger", setting.Dir)}},
 		{name: "nothing restorable wins over none of this size", err: both, worldSize: 1, stored: stored,
-			fresh: &FreshStart{Warn: true, Reason: both.Error(), Hint: "see each resume.fallback line"}},
+			fresh: &FreshStart{Warn: true, Reason: setting.Textf("%s", both.Error()), Hint: setting.Textf("see each resume.fallback line")}},
 		{name: "none of this size, others stored", err: noneOfSize, worldSize: 1, stored: stored,
-			fresh: &FreshStart{Warn: true, Reason: "no complete checkpoint for world size 1", WorldSizes: "2 (newest step 100), 4 (newest step 3)", Hint: "run with the world size"}},
+			fresh: &FreshStart{Warn: true, Reason: setting.Textf("no complete checkpoint for world size 1"), WorldSizes: "2 (newest step 100), 4 (newest step 3)",
+				Hint: setting.Textf("run with the world size those steps were saved with (%s); or, if the format reshards on load, load every old rank's files with %s all; or start this world size fresh on purpose with %s never", setting.WorldSize, setting.AllRanks, setting.Restore)}},
 		{name: "none of this size, only this size's incomplete step", err: noneOfSize, worldSize: 1, stored: stored[3:],
-			fresh: &FreshStart{Reason: noneOfSize.Error()}},
+			fresh: &FreshStart{Reason: setting.Textf("%s", noneOfSize.Error())}},
 		{name: "none at all", err: noneOfSize, worldSize: 2,
-			fresh: &FreshStart{Reason: noneOfSize.Error()}},
+			fresh: &FreshStart{Reason: setting.Textf("%s", noneOfSize.Error())}},
 		{name: "other sizes exclude this one", err: noneOfSize, worldSize: 2, stored: stored,
-			fresh: &FreshStart{Warn: true, Reason: "no complete checkpoint for world size 2", WorldSizes: "4 (newest step 3)", Hint: "run with the world size"}},
+			fresh: &FreshStart{Warn: true, Reason: setting.Textf("no complete checkpoint for world size 2"), WorldSizes: "4 (newest step 3)",
+				Hint: setting.Textf("run with the world size those steps were saved with (%s); or, if the format reshards on load, load every old rank's files with %s all; or start this world size fresh on purpose with %s never", setting.WorldSize, setting.AllRanks, setting.Restore)}},
 		{name: "any other error fails the start", err: other, worldSize: 1, stored: stored, refuse: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -198,8 +204,9 @@ func TestAfterRestore(t *testing.T) {
 			case fresh == nil:
 				t.Fatalf("no fresh start; want %+v", c.fresh)
 			}
-			if fresh.Warn != c.fresh.Warn || fresh.Reason != c.fresh.Reason || fresh.WorldSizes != c.fresh.WorldSizes ||
-				!strings.HasPrefix(fresh.Hint, c.fresh.Hint) || (c.fresh.Hint == "") != (fresh.Hint == "") {
+			if fresh.Warn != c.fresh.Warn || fresh.Reason.String() != c.fresh.Reason.String() || fresh.WorldSizes != c.fresh.WorldSizes ||
+				!strings.HasPrefix(fresh.Hint.String(), c.fresh.Hint.String()) || c.fresh.Hint.IsZero() != fresh.Hint.IsZero() ||
+				!slices.Equal(fresh.Hint.Names(), c.fresh.Hint.Names()) {
 				t.Errorf("fresh %+v; want %+v (hint by prefix)", fresh, c.fresh)
 			}
 		})

@@ -15,6 +15,7 @@ import (
 	"github.com/lifeboat-project/lifeboat/agent"
 	"github.com/lifeboat-project/lifeboat/checkpoint"
 	"github.com/lifeboat-project/lifeboat/resume"
+	"github.com/lifeboat-project/lifeboat/setting"
 	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/watch"
 )
@@ -196,7 +197,7 @@ func newWatcher(o Options, dir string) (*watch.Watcher, error) {
 		return w, err
 	}
 	o.Log.Warn("sidecar.writers_invisible", "dir", dir,
-		"effect", "the trainer's processes are not visible (no shared PID namespace): lifeboat cannot see which files are still being written or which writer died; it relies on markers, format checks and --settle, also for the final upload",
+		"effect", setting.Textf("the trainer's processes are not visible (no shared PID namespace): lifeboat cannot see which files are still being written or which writer died; it relies on markers, format checks and %s, also for the final upload", setting.Settle),
 		"hint", "set shareProcessNamespace: true in the pod spec, or write a marker after each save")
 	wcfg.WritersInvisible = true
 	return watch.New(wcfg)

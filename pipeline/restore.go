@@ -115,7 +115,7 @@ func logFresh(log *slog.Logger, s storage.Store, f *FreshStart) {
 	if f.WorldSizes != "" {
 		args = append(args, "complete_for_world_sizes", f.WorldSizes)
 	}
-	if f.Hint != "" {
+	if !f.Hint.IsZero() {
 		args = append(args, "hint", f.Hint)
 	}
 	if f.Warn {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/lifeboat-project/lifeboat/setting"
 	"github.com/lifeboat-project/lifeboat/storage"
 	_ "github.com/lifeboat-project/lifeboat/storage/fs" // registers file://
 	"github.com/lifeboat-project/lifeboat/storage/s3"
@@ -115,7 +116,7 @@ func CheckConditionalWrites(ctx context.Context, s storage.Store, c StoreConfig,
 	case errors.Is(err, storage.ErrNoConditionalWrites) && c.UnsafeNoConditionalWrites:
 		log.Warn("store.conditional_writes_unsafe", "store", s.String(),
 			"effect", "commits and stop records are plain writes: two writers of one step and rank (a replacement pod starting before the old one ended, two pods given one rank) overwrite each other's manifests without an error",
-			"hint", "use a server that enforces If-None-Match: * on PUT (MinIO, AWS S3, recent Ceph RGW), then unset --s3-unsafe-no-conditional-writes (LIFEBOAT_S3_UNSAFE_NO_CONDITIONAL_WRITES)")
+			"hint", setting.Textf("use a server that enforces If-None-Match: * on PUT (MinIO, AWS S3, recent Ceph RGW), then unset %s", setting.UnsafeNoConditionalWrites))
 		return nil
 	case errors.Is(err, storage.ErrNoConditionalWrites):
 		return &FieldError{Field: FieldUnsafeNoConditionalWrites, Value: "false", Err: err}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path"
 	"strings"
+
+	"github.com/lifeboat-project/lifeboat/setting"
 )
 
 // DefaultExclude is Config.Exclude when it is nil: logs, temporary and
@@ -69,29 +71,30 @@ const (
 )
 
 // rejection says why c is not a checkpoint under the rules of the package
-// comment: the event to log and why, or "" when it is one.
-func (w *Watcher) rejection(c *Candidate) (event, why string) {
+// comment: the event to log and why (naming MarkerOnly as a
+// setting.Name), or "" and the zero Text when it is one.
+func (w *Watcher) rejection(c *Candidate) (event string, why setting.Text) {
 	if c.Marker {
-		return "", ""
+		return "", setting.Text{}
 	}
 	switch {
 	case w.cfg.MarkerOnly:
-		return eventUnmarked, "--marker-only"
+		return eventUnmarked, setting.Textf("%s", setting.MarkerOnly)
 	case w.markerSeen:
-		return eventUnmarked, "a marker was seen; only marked directories are checkpoints"
+		return eventUnmarked, setting.Textf("a marker was seen; only marked directories are checkpoints")
 	}
 	// Numbered subdirectories always count; top-level files and unnumbered
 	// subdirectories need a file of a checkpoint format.
 	if c.Dir != "" && c.HasStep {
-		return "", ""
+		return "", setting.Text{}
 	}
 	for _, f := range c.Files {
 		if checkpointFile(f.Path) {
-			return "", ""
+			return "", setting.Text{}
 		}
 	}
 	if c.Dir == "" {
-		return eventNotACheckpoint, "files at the top of the directory are a checkpoint only when one has a checkpoint format (.pdparams, .pt, .safetensors, .npy, ...)"
+		return eventNotACheckpoint, setting.Textf("files at the top of the directory are a checkpoint only when one has a checkpoint format (.pdparams, .pt, .safetensors, .npy, ...)")
 	}
-	return eventNotACheckpoint, "a directory without a step in its name is a checkpoint only when one of its files has a checkpoint format (.pdparams, .pt, .safetensors, .npy, ...)"
+	return eventNotACheckpoint, setting.Textf("a directory without a step in its name is a checkpoint only when one of its files has a checkpoint format (.pdparams, .pt, .safetensors, .npy, ...)")
 }

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lifeboat-project/lifeboat/setting"
 )
 
 // logBuffer captures a Watcher's log lines as JSON objects.
@@ -219,7 +221,7 @@ func TestMarkers(t *testing.T) {
 			t.Fatalf("unmarked directory with MarkerOnly: %s", ids(r))
 		}
 		got := logs.events(t, "checkpoint.unmarked_ignored")
-		if len(got) != 1 || got[0]["id"] != "dir:step-100" || got[0]["reason"] != "--marker-only" {
+		if len(got) != 1 || got[0]["id"] != "dir:step-100" || got[0]["reason"] != string(setting.MarkerOnly) {
 			t.Errorf("logged %v", got)
 		}
 	})
@@ -456,7 +458,8 @@ func TestWritersVisible(t *testing.T) {
 }
 
 // TestWritersInvisible: when the caller says writers cannot be seen, even
-// the final scan waits for the settle time.
+// the final scan waits for the settle time, and Writing says the trainer
+// is writing until then, naming the setting (Settle) that decides it.
 func TestWritersInvisible(t *testing.T) {
 	dir := t.TempDir()
 	clk := &fakeClock{now: time.Now()}
@@ -465,8 +468,38 @@ func TestWritersInvisible(t *testing.T) {
 	if r, _ := w.Scan(true); len(r) != 0 {
 		t.Fatalf("final scan with invisible writers returned unsettled files: %s", ids(r))
 	}
+	if writing, why := w.Writing(); !writing || !why.Mentions(setting.Settle) || !strings.Contains(why.String(), "less than Settle 5s") {
+		t.Errorf("Writing = %v, %q; want writing, because of Settle", writing, why)
+	}
 	clk.now = clk.now.Add(6 * time.Second)
 	if r, _ := w.Scan(true); ids(r) != "dir:step-1" {
 		t.Fatalf("after settling: %s, want dir:step-1", ids(r))
+	}
+	if writing, why := w.Writing(); writing || !why.IsZero() {
+		t.Errorf("after settling, Writing = %v, %q; want not writing", writing, why)
+	}
+}
+
+// TestSurveyExcluded: Survey gives an excluded file as part of no
+// checkpoint, naming the setting that excludes it (Exclude).
+func TestSurveyExcluded(t *testing.T) {
+	dir := t.TempDir()
+	makeTree(t, dir, map[string]string{"step-1/model.pdparams": "m", "train.log": "l"})
+	w, err := New(Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv, err := w.Survey(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var why []setting.Text
+	for _, o := range sv.Other {
+		if o.Path == "train.log" {
+			why = append(why, o.Why)
+		}
+	}
+	if len(why) != 1 || !why[0].Mentions(setting.Exclude) || why[0].String() != "excluded (Exclude)" {
+		t.Errorf("train.log's entries: %q; want one, excluded by Exclude (all: %+v)", why, sv.Other)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/lifeboat-project/lifeboat/format"
+	"github.com/lifeboat-project/lifeboat/setting"
 )
 
 // Survey is what lifeboat sees in the watched directory, for `lifeboat
@@ -60,9 +61,9 @@ const (
 
 // SurveyOther is a file (or directory) that is part of no checkpoint.
 type SurveyOther struct {
-	Path   string `json:"path"` // relative to the watched directory
-	Why    string `json:"why"`
-	Format string `json:"format,omitempty"` // for a regular file: its content's format
+	Path   string       `json:"path"`             // relative to the watched directory
+	Why    setting.Text `json:"why"`              // a setting it names (Exclude) is a setting.Name: a program renders it (Resolve) before printing
+	Format string       `json:"format,omitempty"` // for a regular file: its content's format
 }
 
 // Survey scans the directory once, as the final scan of a stop would
@@ -85,15 +86,15 @@ func (w *Watcher) Survey(rank int) (Survey, error) {
 	for _, d := range l.unreadable {
 		id := g.of(d + "/-").ID
 		withheld[id] = d
-		sv.Other = append(sv.Other, SurveyOther{Path: d + "/", Why: "a directory lifeboat may not list (permission denied)"})
+		sv.Other = append(sv.Other, SurveyOther{Path: d + "/", Why: setting.Textf("a directory lifeboat may not list (permission denied)")})
 	}
 	var busy map[string]bool
 	for _, c := range cands {
-		if _, why := probe.rejection(&c); why != "" {
+		if _, why := probe.rejection(&c); !why.IsZero() {
 			for _, f := range c.Files {
 				p := path.Join(c.Dir, f.Path)
 				kind, _ := format.HeadBeneath(w.cfg.Dir, p)
-				sv.Other = append(sv.Other, SurveyOther{Path: p, Why: "not a checkpoint: " + why, Format: kind.String()})
+				sv.Other = append(sv.Other, SurveyOther{Path: p, Why: why.Prefixed("not a checkpoint: "), Format: kind.String()})
 			}
 			continue
 		}
@@ -141,10 +142,10 @@ func (w *Watcher) Survey(rank int) (Survey, error) {
 		sv.Newest, sv.NewestCommitted = sv.Checkpoints[n-1].ID, sv.Checkpoints[n-1].Committed
 	}
 	for _, p := range l.excluded {
-		sv.Other = append(sv.Other, SurveyOther{Path: p, Why: "excluded (--exclude)"})
+		sv.Other = append(sv.Other, SurveyOther{Path: p, Why: setting.Textf("excluded (%s)", setting.Exclude)})
 	}
 	for _, s := range l.specials {
-		sv.Other = append(sv.Other, SurveyOther{Path: s.path, Why: "a " + format.FileType(s.mode) + ": a checkpoint is regular files"})
+		sv.Other = append(sv.Other, SurveyOther{Path: s.path, Why: setting.Textf("a %s: a checkpoint is regular files", format.FileType(s.mode))})
 	}
 	return sv, nil
 }

@@ -1,7 +1,6 @@
 package watch
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/internal/mountinfo"
+	"github.com/lifeboat-project/lifeboat/setting"
 )
 
 // TrainerProcesses returns the processes of the trainer that a sidecar
@@ -112,31 +112,31 @@ func readMounts(file string) []mountinfo.Entry {
 }
 
 // Writing reports whether the trainer may still be writing a checkpoint,
-// and why: with its processes visible (TrainerProcesses), while one of
+// and why (naming Settle as a setting.Name): with its processes visible (TrainerProcesses), while one of
 // them runs; with Config.WritersInvisible, while some file under Dir has
 // changed within Settle. A sidecar's final upload waits for it to turn
 // false (agent.Agent.FlushWhenWritten). It reads the directory and ProcRoot
 // and touches no state of the Watcher: it is safe to call while another
 // goroutine scans.
-func (w *Watcher) Writing() (bool, string) {
+func (w *Watcher) Writing() (bool, setting.Text) {
 	if !w.cfg.WritersInvisible {
 		if pids := w.TrainerProcesses(); len(pids) > 0 {
-			return true, fmt.Sprintf("%d processes of the trainer's container still run (pid %d)", len(pids), pids[0])
+			return true, setting.Textf("%d processes of the trainer's container still run (pid %d)", len(pids), pids[0])
 		}
-		return false, ""
+		return false, setting.Text{}
 	}
 	l, err := scanDir(w.cfg.Dir, w.cfg.Marker, w.cfg.Exclude)
 	if err != nil {
-		return false, ""
+		return false, setting.Text{}
 	}
 	var last time.Time
 	for _, f := range l.files {
 		last = maxTime(last, f.ModTime, f.ChangeTime)
 	}
 	if age := w.cfg.Clock().Sub(last); !last.IsZero() && age < w.cfg.Settle {
-		return true, fmt.Sprintf("a file changed %s ago, less than --settle %s (the trainer's processes are not visible)", age.Round(time.Millisecond), w.cfg.Settle)
+		return true, setting.Textf("a file changed %s ago, less than %s %s (the trainer's processes are not visible)", age.Round(time.Millisecond), setting.Settle, w.cfg.Settle)
 	}
-	return false, ""
+	return false, setting.Text{}
 }
 
 func maxTime(t time.Time, ts ...time.Time) time.Time {

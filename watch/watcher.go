@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lifeboat-project/lifeboat/format"
+	"github.com/lifeboat-project/lifeboat/setting"
 )
 
 // Config says what to watch. Zero fields take the defaults.
@@ -273,7 +274,7 @@ func (w *Watcher) logUnreadable(l listing) map[string]bool {
 		if w.once(event, d) {
 			w.cfg.Log.Warn(event, "path", d, "id", id, "uid", os.Geteuid(),
 				"effect", "lifeboat may not list this directory (permission denied): the checkpoint it belongs to is not stored until it can; the previous committed checkpoint stays the latest",
-				"hint", "make it readable (chmod), run lifeboat as the user that writes it, or --exclude it if it is not part of a checkpoint")
+				"hint", setting.Textf("make it readable (chmod), run lifeboat as the user that writes it, or %s it if it is not part of a checkpoint", setting.Exclude))
 		}
 	}
 	w.forget(event, paths)

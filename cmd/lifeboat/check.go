@@ -96,6 +96,9 @@ func runCheck(_ context.Context, o *checkOptions) error {
 	if err != nil {
 		return err
 	}
+	for i := range sv.Other {
+		sv.Other[i].Why = sv.Other[i].Why.Resolve(settingFlag)
+	}
 	if o.json {
 		enc := json.NewEncoder(o.common.stdout)
 		enc.SetIndent("", "  ")
@@ -150,7 +153,7 @@ func printSurvey(w io.Writer, sv *watch.Survey) {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  PATH\tFORMAT\tWHY")
 		for _, o := range sv.Other {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\n", escapeName(o.Path), cmpOr(o.Format, "-"), escapeName(o.Why))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", escapeName(o.Path), cmpOr(o.Format, "-"), escapeName(o.Why.String()))
 		}
 		tw.Flush()
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/lifeboat-project/lifeboat/internal/printable"
+	"github.com/lifeboat-project/lifeboat/setting"
 	"github.com/lifeboat-project/lifeboat/storage"
 	"github.com/lifeboat-project/lifeboat/storage/s3"
 )
@@ -177,10 +178,42 @@ func namedLines(err error) []string {
 	return lines
 }
 
+// settingFlags is how the settings that libraries' texts name
+// (setting.Name: a hint, a reason, a verdict) are named to users: by the
+// flag, in the words the messages had when the libraries named flags
+// themselves.
+var settingFlags = map[setting.Name]string{
+	setting.Dir:                       "--dir",
+	setting.Settle:                    "--settle",
+	setting.Exclude:                   "--exclude",
+	setting.MarkerOnly:                "--marker-only",
+	setting.Grace:                     "--grace",
+	setting.FlushWait:                 "--flush-wait",
+	setting.Rank:                      "--rank, LIFEBOAT_RANK, RANK, JOB_COMPLETION_INDEX",
+	setting.WorldSize:                 "--world-size",
+	setting.Restore:                   "--restore",
+	setting.AllRanks:                  "--restore-ranks",
+	setting.UnsafeNoConditionalWrites: "--s3-unsafe-no-conditional-writes (LIFEBOAT_S3_UNSAFE_NO_CONDITIONAL_WRITES)",
+}
+
+// settingFlag names n as users set it: its flag (settingFlags), or the
+// library's name of it where the table has none.
+func settingFlag(n setting.Name) string {
+	if f, ok := settingFlags[n]; ok {
+		return f
+	}
+	return string(n)
+}
+
 // logValue is the logger's ReplaceAttr: an error value that names a
-// library's setting is logged with the flag's sentence instead.
+// library's setting is logged with the flag's sentence instead, and a
+// setting.Text with its settings named as flags (settingFlag).
 func logValue(_ []string, a slog.Attr) slog.Attr {
 	if a.Value.Kind() != slog.KindAny {
+		return a
+	}
+	if t, ok := a.Value.Any().(setting.Text); ok {
+		a.Value = slog.StringValue(t.Render(settingFlag))
 		return a
 	}
 	if err, ok := a.Value.Any().(error); ok {

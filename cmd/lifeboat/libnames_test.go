@@ -3,6 +3,7 @@ package main
 import (
 	"go/ast"
 	"go/parser"
+	"go/scanner"
 	"go/token"
 	"io/fs"
 	"os"
@@ -203,5 +204,69 @@ func TestLibrariesNameNoFlags(t *testing.T) {
 	bad = slices.Compact(bad)
 	for _, b := range bad {
 		t.Errorf("%s: a library's error names this; return a field error and name it in cmd", b)
+	}
+}
+
+// lifeboatVar finds the variables of lifeboat that a text names.
+var lifeboatVar = regexp.MustCompile(`\bLIFEBOAT_[A-Z0-9_]+`)
+
+// libraryVarsAllowed are the variables of lifeboat that a library's string
+// literals may name, by file: the trainer's environment (the product's
+// interface with the trainer, not a setting of lifeboat), the variables a
+// library reads itself, and those only a test sets.
+var libraryVarsAllowed = map[string][]string{
+	// The trainer's environment.
+	"pipeline/pipeline.go": {"LIFEBOAT_DIR", "LIFEBOAT_MARKER", "LIFEBOAT_RANK", "LIFEBOAT_WORLD_SIZE"},
+	"pipeline/job.go":      {"LIFEBOAT_STOP_FILE"},
+	"resume/resume.go":     {"LIFEBOAT_RESUME_DIR", "LIFEBOAT_RESUME_STEP", "LIFEBOAT_RESUME_ID", "LIFEBOAT_RESUME_SOURCE", "LIFEBOAT_RESUME_REASON"},
+	// kube.Discover reads the downward API's variables, and the reporter's
+	// hint for a pod the API server does not know names them.
+	"kube/discover.go": {"LIFEBOAT_POD_NAME", "LIFEBOAT_POD_NAMESPACE", "LIFEBOAT_POD_UID"},
+	"kube/reporter.go": {"LIFEBOAT_POD_NAME", "LIFEBOAT_POD_NAMESPACE"},
+	// The supervisor's re-exec marks its own child's environment.
+	"supervisor/mask.go": {"LIFEBOAT_INTERNAL_MASK_CLEARED"},
+	// A fault only the end-to-end tests set.
+	"checkpoint/faults.go": {"LIFEBOAT_FAULT_STOP_AT_MOVE"},
+}
+
+// TestLibrariesTextNamesNoFlags: no string in a library's code (a log
+// line's hint, effect or reason, a verdict, a help text) names a flag or a
+// variable of lifeboat, beyond the few of libraryVarsAllowed. A library
+// names a setting with setting.Name in a setting.Text, and cmd renders it
+// as the flag (settingFlags). Comments are not looked at.
+func TestLibrariesTextNamesNoFlags(t *testing.T) {
+	var bad []string
+	libraryFiles(t, func(rel, path string) {
+		src, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fset := token.NewFileSet()
+		var s scanner.Scanner
+		s.Init(fset.AddFile(path, -1, len(src)), src, nil, 0)
+		for {
+			pos, tok, lit := s.Scan()
+			if tok == token.EOF {
+				break
+			}
+			if tok != token.STRING {
+				continue
+			}
+			var names []string
+			for _, m := range flagRef.FindAllStringSubmatch(lit, -1) {
+				names = append(names, "--"+m[1])
+			}
+			for _, v := range lifeboatVar.FindAllString(lit, -1) {
+				if !slices.Contains(libraryVarsAllowed[rel], v) {
+					names = append(names, v)
+				}
+			}
+			if len(names) > 0 {
+				bad = append(bad, rel+":"+strconv.Itoa(fset.Position(pos).Line)+": "+strings.Join(names, ", "))
+			}
+		}
+	})
+	for _, b := range bad {
+		t.Errorf("%s: a library's text names this; name the setting (setting.Text) and let cmd name its flag", b)
 	}
 }
