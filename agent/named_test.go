@@ -12,7 +12,7 @@ import (
 	"github.com/lifeboat-project/lifeboat/storage/mem"
 )
 
-// TestNamedStepNotSupersededByCounter (issue 36 rows 3 and 4): a named
+// TestNamedStepNotSupersededByCounter: a named
 // step and a counter checkpoint (backup/latest.bin) are complete at once.
 // The named step is committed, never superseded. The counter one is
 // dropped when it was written before the named step (row 4) or is that

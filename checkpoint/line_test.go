@@ -265,7 +265,7 @@ func TestLinePruneDuringRestore(t *testing.T) {
 	}
 }
 
-// TestLateCommitNotNewest (issue 36 row 7): two pods of one job overlap.
+// TestLateCommitNotNewest: two pods of one job overlap.
 // The preempted pod A began its final upload of step 50 at T; its
 // replacement B restored 40 and committed 45 and 50 (T+5m, T+10m). A's
 // upload commits afterwards: it is not stored as a revision over B's

@@ -137,7 +137,7 @@ func TestCommitRevisions(t *testing.T) {
 		{"the files of an older revision saved again are the next revision", []commit{
 			{a, false, 0, false, a},
 			{b, false, 1, false, b},
-			{a, false, 2, false, a}, // the trainer rolled back to a (issue 36 row 9)
+			{a, false, 2, false, a}, // the trainer rolled back to a
 			{a, false, 2, true, a},
 		}},
 		{"counter snapshot after the named step", []commit{

@@ -201,7 +201,7 @@ func (s *sentinel) state(t *testing.T) string {
 	return strings.Join(lines, "\n")
 }
 
-// TestResumeFileLinkNotFollowed (issue 26, row 1): a link planted at the
+// TestResumeFileLinkNotFollowed: a link planted at the
 // resume file's temporary name, or at the resume file itself, pointing to
 // a file outside --dir: `lifeboat restore` and `lifeboat run` write the
 // resume file and leave the link's target as it was. Before, resume.Write
@@ -251,7 +251,7 @@ func swapForLink(t *testing.T, dir, rel, target string) {
 	}
 }
 
-// TestRestoreIntoDirectorySwappedForLink (issue 26, row 2): while a
+// TestRestoreIntoDirectorySwappedForLink: while a
 // restore is about to move its files into place (stopped there by the
 // lifeboat_faults build), a directory it moves into, or its own temporary
 // directory, is swapped for a symlink to a directory outside --dir on the
@@ -375,8 +375,7 @@ func (s *swapper) halt() int {
 	return s.n
 }
 
-// TestRestoreUnderLinkSwapsWritesNothingOutside (issue 26, item 1's
-// property): restores (`lifeboat restore`, `lifeboat run`'s restore at
+// TestRestoreUnderLinkSwapsWritesNothingOutside: restores (`lifeboat restore`, `lifeboat run`'s restore at
 // start, and `run --restart on-failure`'s restores before each restart)
 // run while another goroutine swaps every directory and file of the
 // tree under --dir (checkpoint directories, the restore's temporary

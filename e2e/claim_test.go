@@ -1,6 +1,6 @@
 package e2e
 
-// Two pods of one rank, with the real binary (issue 36 row 10): a live
+// Two pods of one rank, with the real binary: a live
 // pod's claim of its rank in the store (coord/claim/) makes a second live
 // pod of the same rank fail loudly before it commits anything, while a
 // preempted pod's final upload overlapping its replacement's start goes on
@@ -59,7 +59,7 @@ func claimRun(t *testing.T, p *lb) string {
 	return ""
 }
 
-// TestTwoPodsOneRank (issue 36 row 10): a 2-rank job's Indexed Job gives
+// TestTwoPodsOneRank: a 2-rank job's Indexed Job gives
 // two pods --rank 1. Pod A trains and has committed step 1; pod B starts
 // on the same store with the same rank and saves its own step 1. B must
 // fail loudly (exit 78, coord.rank_claimed naming A's run) before it

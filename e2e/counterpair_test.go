@@ -27,7 +27,7 @@ while True:
     time.sleep(0.05)
 `
 
-// TestCounterCopyKeepsRanksPairable (issue 36 row 3): two ranks whose
+// TestCounterCopyKeepsRanksPairable: two ranks whose
 // trainers save step-000100 and refresh backup/latest with the same
 // bytes. Step 100 is committed as a named step by both ranks and is
 // complete; the copy is not committed. On the code before, the counter

@@ -65,7 +65,7 @@ func manifestsIn(t *testing.T, url string) []string {
 	return ms
 }
 
-// TestRestoreMovesStrayFilesAside (issue 35, row 1): the volume's
+// TestRestoreMovesStrayFilesAside: the volume's
 // step-000100/ holds model.pdparams and optim.pdopt of another
 // experiment, two days old; the store's step 100 has only model.pdparams.
 // After `lifeboat run`, and after `lifeboat restore` + `run --restore
@@ -143,7 +143,7 @@ func restoreInit(t *testing.T, url, dir string) string {
 	return out
 }
 
-// TestOlderLocalStepNotCommittedAfterRestore (issue 35, row 3): the
+// TestOlderLocalStepNotCommittedAfterRestore: the
 // volume holds an untouched step-000050/ of another experiment; the
 // store's newest is step 100. After `lifeboat run`, and after `lifeboat
 // restore` + `run --restore never`, the trainer resumes the store's 100,
@@ -206,8 +206,7 @@ func TestOlderLocalStepNotCommittedAfterRestore(t *testing.T) {
 	}
 }
 
-// TestRestoreFailsWithoutItsResumeFile (issue 35, row 3 with `lifeboat
-// restore` + `run --restore never`): the resume file is what tells `run
+// TestRestoreFailsWithoutItsResumeFile: the resume file is what tells `run
 // --restore never` what was restored, and so what is stale. When `lifeboat
 // restore` restores step 100 but cannot write it (here a directory of its
 // name is in the way), it exits 1 saying so and what to do, rather than 0:
@@ -259,7 +258,7 @@ func mapsEqual(a, b map[string]string) bool {
 	return true
 }
 
-// TestRestoreKilledWhileMovingIsFinished (issue 35, row 5): backup/ (no
+// TestRestoreKilledWhileMovingIsFinished: backup/ (no
 // step number) of 300 files and 20 more of another run is being restored
 // when lifeboat is SIGKILLed, at several chosen points of the move (the
 // lifeboat_faults build stops itself after N moves; the test then sends

@@ -67,7 +67,7 @@ func tmpfsDir(t *testing.T, size int) string {
 	return dir
 }
 
-// TestPruneKeepsWhatThePodCouldNotRestore (issue 36 row 1): the store
+// TestPruneKeepsWhatThePodCouldNotRestore: the store
 // holds step 5000 (6 MB); the replacement pod's --dir is a 4 MB volume.
 // The restore falls back (too big), the trainer starts fresh, loudly, and
 // commits steps 10, 20 and 30 with --keep 1, pruning after each commit.
@@ -104,8 +104,7 @@ func TestPruneKeepsWhatThePodCouldNotRestore(t *testing.T) {
 	}
 }
 
-// TestReusedVolumeNotResumedNorUploaded (issue 36 row 5, issue 35 rows 3
-// and 4): a reused volume still holds step-009000/ of an earlier
+// TestReusedVolumeNotResumedNorUploaded: a reused volume still holds step-009000/ of an earlier
 // experiment, last changed before any of the store's commits; the store
 // holds this job's steps 300, 400 and 500. The next start restores 500
 // (the trainer is told it came from the store), says why the local step
@@ -162,7 +161,7 @@ func TestReusedVolumeNotResumedNorUploaded(t *testing.T) {
 	}
 }
 
-// TestClockAheadDoesNotRollBack (issue 36 row 6): one pod's clock ran an
+// TestClockAheadDoesNotRollBack: one pod's clock ran an
 // hour ahead when it committed step 400 (its manifest's created time is
 // edited so in a file:// store). Its replacement resumes 400 and commits
 // 500, 600 and 700 with --keep 3: the store keeps them, and the next pod
@@ -208,7 +207,7 @@ func TestClockAheadDoesNotRollBack(t *testing.T) {
 	}
 }
 
-// TestPrunedStepNotCommittedAgain (issue 35 row 4, issue 25 row 8): one
+// TestPrunedStepNotCommittedAgain: one
 // job, one volume, --keep 1: the first pod commits 100, 200 and 300 and
 // its prunes leave 300. The second pod restores 300; the volume's
 // step-000100/ and step-000200/, untouched since, are stale: never
@@ -268,7 +267,7 @@ func TestPrunedStepNotCommittedAgain(t *testing.T) {
 	}
 }
 
-// TestWorldSizeWithoutRank (issue 36 row 10): --world-size 2 with no rank
+// TestWorldSizeWithoutRank: --world-size 2 with no rank
 // from any source is bad input: exit 2 naming what to set, nothing run.
 // On the code before, the pod ran quietly as rank 0, and a second pod so
 // started stored its checkpoints as revisions of the first's.
@@ -283,7 +282,7 @@ func TestWorldSizeWithoutRank(t *testing.T) {
 	}
 }
 
-// TestCounterNumberedInItsOwnLine (issue 36 row 8): the store holds rank
+// TestCounterNumberedInItsOwnLine: the store holds rank
 // 1's manifest of step 5000 of an old 2-rank run (incomplete). A 1-rank
 // run saves step-000030/, then backup/latest.bin: the counter checkpoint
 // is a revision of step 30, the newest complete step of its own line and
@@ -353,7 +352,7 @@ func chunkKeys(t *testing.T, s storage.Store) map[string]bool {
 	return keys
 }
 
-// TestLateCommitOfReplacedPod (issue 36 row 7): two pods of one job
+// TestLateCommitOfReplacedPod: two pods of one job
 // overlap. Pod A commits step 40, saves step 50 (24 MB, --upload-limit
 // 2MB keeps it uploading) and is preempted (SIGTERM) while uploading it;
 // once a chunk of step 50 is stored (its upload, and the created time it
@@ -467,7 +466,7 @@ await "$0/2"`, goA)...)
 	}
 }
 
-// TestRolledBackSaveCommitted (issue 36 row 9): a trainer saves its
+// TestRolledBackSaveCommitted: a trainer saves its
 // counter checkpoint backup/latest.pdparams three times: state X, then Y,
 // then X again, byte for byte (it rolled back after a divergence). The
 // third save is new work and is committed as a new revision; the next

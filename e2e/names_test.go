@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// TestNamesEscapedForPeople (issue 26, row 4): a checkpoint directory
+// TestNamesEscapedForPeople: a checkpoint directory
 // whose name holds newlines (legal, stored byte for byte). `lifeboat
 // restore` prints one line on stdout, the name escaped (\x0a), never a
 // forged line of its own; an error naming it is one line on stderr; `ls`

@@ -37,7 +37,7 @@ while True:
     time.sleep(1)
 `
 
-// TestTornCommitMarked (issue 34 row 2): a file written in pieces with
+// TestTornCommitMarked: a file written in pieces with
 // pauses longer than --settle is committed after each piece, as revision
 // 0, 1, 2 and 3 of step 100. Each time the file has grown over what was
 // committed, lifeboat proves that revision torn: it logs

@@ -24,8 +24,7 @@ func pickle(data []byte) []byte {
 // TestNewerLocal: the newest checkpoint in --dir is resumed instead of
 // the store's newest only when it belongs to that line (changed after it
 // was committed), is newer by its rule (a higher step when both are
-// named), and every file passes a format check (issue 36 item 4, issue 26
-// item 4). Each case logs which and why.
+// named), and every file passes a format check. Each case logs which and why.
 func TestNewerLocal(t *testing.T) {
 	const line = "0123456789abcdef"
 	for _, tc := range []struct {

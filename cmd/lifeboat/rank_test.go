@@ -28,7 +28,7 @@ func TestRankSources(t *testing.T) {
 		{name: "not a number", flagRank: -1, flagSize: -1, env: map[string]string{"VC_TASK_INDEX": "worker-1"}, err: `VC_TASK_INDEX="worker-1" is not a non-negative number (it sets --rank)`},
 		{name: "negative", flagRank: -1, flagSize: -1, env: map[string]string{"WORLD_SIZE": "-2"}, err: `WORLD_SIZE="-2" is not a non-negative number (it sets --world-size)`},
 		{name: "zero world size", flagRank: -1, flagSize: 0, err: "world size 0"},
-		// issue 36 row 10: on the code before, every pod ran as rank 0.
+		// On the code before, every pod ran as rank 0.
 		{name: "world size without a rank", flagRank: -1, flagSize: -1, env: map[string]string{"WORLD_SIZE": "2"},
 			err: "world size 2 (from WORLD_SIZE) but no rank: set --rank (LIFEBOAT_RANK)"},
 		{name: "world size flag without a rank", flagRank: -1, flagSize: 2, err: "world size 2 (from --world-size) but no rank"},
