@@ -1666,50 +1666,56 @@ bench() {
 	python3 -c "$PHASES_PY" k8s-bench-job "$t0" "$(created "$ns" "$p2")" "$W/$ns-p1.raw" -- "$W/$ns-p2.raw"
 }
 
-# bench_gang NS: not a test (bench/k8s.sh runs it): the same preemption of
-# deploy/jobset's gang of two (scenario g's setup, the urgent pod on the
-# GPU for 1 s), timed by phases like bench's k8s-bench-job line.
-bench_gang() {
-	local ns=$1 t0 r0 r1 n0 n1
+# gang_preempt NS ENGINE MANIFEST WAIT: what both gang benches do before
+# they measure (scenario g's or h's setup, the urgent pod on the GPU for
+# 1 s): the gang of two trains and commits, the urgent pod is created,
+# the engine's new gang starts. It sets the caller's locals t0 (the urgent
+# pod's creation), r0 and r1 (the first gang's pods), n0 and n1 (the new
+# gang's).
+gang_preempt() {
+	local ns=$1 engine=$2 manifest=$3 wait=$4
 	gpus 2
-	apply_job "$ns" jobset/jobset.yaml "$(gang_opts "$ns" 4000)"
-	wait_until 60 "two pods" eval 'has_pod "$ns" 1 0 && has_pod "$ns" 1 1' || die "[$ns] JobSet made no gang"
+	apply_job "$ns" "$manifest" "$(gang_opts "$ns" 4000)"
+	wait_until "$wait" "two pods" eval 'has_pod "$ns" 1 0 && has_pod "$ns" 1 1' || die "[$ns] $engine made no gang"
 	r0=$(nth_pod "$ns" 1 0)
 	r1=$(nth_pod "$ns" 1 1)
 	wait_until 120 "both ranks to commit" all_committed "$ns" "$r0" "$r1" || die "[$ns] the ranks committed nothing"
 	t0=$(date +%s.%N)
 	urgent "$ns" urgent 1
-	wait_until 180 "the gang's new pods to start" gang_started "$ns" 2 || die "[$ns] JobSet's new gang did not start"
+	wait_until 180 "the gang's new pods to start" gang_started "$ns" 2 || die "[$ns] $engine's new gang did not start"
 	n0=$(nth_pod "$ns" 2 0)
 	n1=$(nth_pod "$ns" 2 1)
-	local p
+}
+
+# gang_phases NS LABEL: the phases of gang_preempt's preemption, from the
+# four trainers' logs, printed as a LABEL line like bench's k8s-bench-job.
+# A Volcano pod is NAME@UID; its log file takes NAME-UID.
+gang_phases() {
+	local ns=$1 label=$2 p
 	for p in "$r0" "$r1" "$n0" "$n1"; do
-		rawlog "$ns" "$p" trainer >"$W/$ns-$p.raw"
+		rawlog "$ns" "$p" trainer >"$W/$ns-${p//@/-}.raw"
 	done
-	python3 -c "$PHASES_PY" k8s-bench-gang "$t0" "$(created "$ns" "$n0" "$n1")" \
-		"$W/$ns-$r0.raw" "$W/$ns-$r1.raw" -- "$W/$ns-$n0.raw" "$W/$ns-$n1.raw"
+	python3 -c "$PHASES_PY" "$label" "$t0" "$(created "$ns" "$n0" "$n1")" \
+		"$W/$ns-${r0//@/-}.raw" "$W/$ns-${r1//@/-}.raw" -- "$W/$ns-${n0//@/-}.raw" "$W/$ns-${n1//@/-}.raw"
+}
+
+# bench_gang NS: not a test (bench/k8s.sh runs it): the same preemption of
+# deploy/jobset's gang of two, timed by phases (gang_phases).
+bench_gang() {
+	local ns=$1 t0 r0 r1 n0 n1
+	gang_preempt "$ns" JobSet jobset/jobset.yaml 60
+	gang_phases "$ns" k8s-bench-gang
 	kc delete jobset -n "$ns" train-gang --wait=false >/dev/null
 }
 
-# bench_volcano NS: deploy/volcano's Job (scenario h's setup, the urgent
-# pod on the GPU for 1 s), timed by phases like bench's k8s-bench-job line.
+# bench_volcano NS: deploy/volcano's Job, timed by phases (gang_phases).
 # vc-scheduler runs throughout, as in a cluster, so kube-scheduler and
 # vc-scheduler race for the GPU the preemption frees: a run where a pod of
 # the new gang was placed before the urgent pod prints a
 # k8s-bench-volcano-raced line instead of the phases.
 bench_volcano() {
 	local ns=$1 t0 r0 r1 n0 n1
-	gpus 2
-	apply_job "$ns" volcano/volcano.yaml "$(gang_opts "$ns" 4000)"
-	wait_until 90 "two pods" eval 'has_pod "$ns" 1 0 && has_pod "$ns" 1 1' || die "[$ns] Volcano made no gang"
-	r0=$(nth_pod "$ns" 1 0)
-	r1=$(nth_pod "$ns" 1 1)
-	wait_until 120 "both ranks to commit" all_committed "$ns" "$r0" "$r1" || die "[$ns] the ranks committed nothing"
-	t0=$(date +%s.%N)
-	urgent "$ns" urgent 1
-	wait_until 180 "the gang's new pods to start" gang_started "$ns" 2 || die "[$ns] Volcano's new gang did not start"
-	n0=$(nth_pod "$ns" 2 0)
-	n1=$(nth_pod "$ns" 2 1)
+	gang_preempt "$ns" Volcano volcano/volcano.yaml 90
 	if ! python3 - "$W/$ns.watch" <<-'PY'; then
 		# The urgent pod was placed (spec.nodeName) before any pod of the
 		# new gang: the watch events' order.
@@ -1730,15 +1736,9 @@ bench_volcano() {
 		sys.exit(0 if "urgent" in first and all(first["urgent"] < v for v in gangs) else 1)
 	PY
 		echo "k8s-bench-volcano-raced: a pod of the new gang was placed before the urgent pod"
-		kc delete jobs.batch.volcano.sh -n "$ns" train-paddle --wait=false >/dev/null
-		return
+	else
+		gang_phases "$ns" k8s-bench-volcano
 	fi
-	local p
-	for p in "$r0" "$r1" "$n0" "$n1"; do
-		rawlog "$ns" "$p" trainer >"$W/$ns-${p%@*}-${p#*@}.raw"
-	done
-	python3 -c "$PHASES_PY" k8s-bench-volcano "$t0" "$(created "$ns" "$n0" "$n1")" \
-		"$W/$ns-${r0%@*}-${r0#*@}.raw" "$W/$ns-${r1%@*}-${r1#*@}.raw" -- "$W/$ns-${n0%@*}-${n0#*@}.raw" "$W/$ns-${n1%@*}-${n1#*@}.raw"
 	kc delete jobs.batch.volcano.sh -n "$ns" train-paddle --wait=false >/dev/null
 }
 
