@@ -349,37 +349,21 @@ func (s *retryStore) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 }
 
 func (s *retryStore) List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
-	var (
-		last      string // the last key delivered
-		delivered bool
-		fnErr     bool // fn failed: its error ends the listing
-	)
-	for attempt := 1; ; attempt++ {
-		progress := false
-		err := s.inner.List(ctx, prefix, func(oi ObjectInfo) error {
-			if delivered && oi.Key <= last {
-				return nil // delivered by an earlier try
-			}
-			if err := fn(oi); err != nil {
-				fnErr = true
-				return err
-			}
-			last, delivered, progress = oi.Key, true, true
-			return nil
-		})
-		if progress {
-			attempt = 1
-		}
-		if err == nil || fnErr || !s.p.again(ctx, "list", prefix, attempt, err) {
-			return err
-		}
-	}
+	return s.listResumed(ctx, prefix, s.inner.List, fn)
 }
 
-// ListDirs is List's retry for ListDirs (DirLister) of the inner store:
-// a listing tried again delivers only the entries after the last one
-// delivered.
+// ListDirs is List's retry for ListDirs (DirLister) of the inner store.
 func (s *retryStore) ListDirs(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
+	return s.listResumed(ctx, prefix, func(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
+		return ListDirs(ctx, s.inner, prefix, fn)
+	}, fn)
+}
+
+// listResumed runs list, and again after a transient failure: a listing
+// tried again delivers only the entries after the last one delivered, and
+// one that delivered anything starts the count of attempts afresh. An
+// error of fn ends it at once.
+func (s *retryStore) listResumed(ctx context.Context, prefix string, list func(context.Context, string, func(ObjectInfo) error) error, fn func(ObjectInfo) error) error {
 	var (
 		last      string // the last key delivered
 		delivered bool
@@ -387,7 +371,7 @@ func (s *retryStore) ListDirs(ctx context.Context, prefix string, fn func(Object
 	)
 	for attempt := 1; ; attempt++ {
 		progress := false
-		err := ListDirs(ctx, s.inner, prefix, func(oi ObjectInfo) error {
+		err := list(ctx, prefix, func(oi ObjectInfo) error {
 			if delivered && oi.Key <= last {
 				return nil // delivered by an earlier try
 			}
