@@ -54,6 +54,28 @@ func libraryFiles(t *testing.T, f func(rel, path string)) {
 	}
 }
 
+// stringLiterals calls fn with the line and the literal (quotes and all)
+// of every string literal in the Go file at path; comments are not read.
+func stringLiterals(t *testing.T, path string, fn func(line int, lit string)) {
+	t.Helper()
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	var s scanner.Scanner
+	s.Init(fset.AddFile(path, -1, len(src)), src, nil, 0)
+	for {
+		pos, tok, lit := s.Scan()
+		if tok == token.EOF {
+			return
+		}
+		if tok == token.STRING {
+			fn(fset.Position(pos).Line, lit)
+		}
+	}
+}
+
 // errorStrings returns the string constants of file that can reach an
 // error's text: in the arguments of errors.New and fmt.Errorf, in an Error
 // method, and in what a function returns as its error. A named constant
@@ -237,21 +259,7 @@ var libraryVarsAllowed = map[string][]string{
 func TestLibrariesTextNamesNoFlags(t *testing.T) {
 	var bad []string
 	libraryFiles(t, func(rel, path string) {
-		src, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fset := token.NewFileSet()
-		var s scanner.Scanner
-		s.Init(fset.AddFile(path, -1, len(src)), src, nil, 0)
-		for {
-			pos, tok, lit := s.Scan()
-			if tok == token.EOF {
-				break
-			}
-			if tok != token.STRING {
-				continue
-			}
+		stringLiterals(t, path, func(line int, lit string) {
 			var names []string
 			for _, m := range flagRef.FindAllStringSubmatch(lit, -1) {
 				names = append(names, "--"+m[1])
@@ -262,9 +270,9 @@ func TestLibrariesTextNamesNoFlags(t *testing.T) {
 				}
 			}
 			if len(names) > 0 {
-				bad = append(bad, rel+":"+strconv.Itoa(fset.Position(pos).Line)+": "+strings.Join(names, ", "))
+				bad = append(bad, rel+":"+strconv.Itoa(line)+": "+strings.Join(names, ", "))
 			}
-		}
+		})
 	})
 	for _, b := range bad {
 		t.Errorf("%s: a library's text names this; name the setting (setting.Text) and let cmd name its flag", b)

@@ -5,8 +5,6 @@ import (
 	"cmp"
 	"context"
 	"flag"
-	"go/scanner"
-	"go/token"
 	"io"
 	"os"
 	"os/exec"
@@ -14,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -288,27 +287,13 @@ func TestFlagNamesInMessages(t *testing.T) {
 		if strings.HasSuffix(p, "_test.go") {
 			continue
 		}
-		src, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fset := token.NewFileSet()
-		var s scanner.Scanner
-		s.Init(fset.AddFile(p, -1, len(src)), src, nil, 0)
-		for {
-			pos, tok, lit := s.Scan()
-			if tok == token.EOF {
-				break
-			}
-			if tok != token.STRING {
-				continue
-			}
+		stringLiterals(t, p, func(line int, lit string) {
 			for _, m := range flagRef.FindAllStringSubmatch(lit, -1) {
 				if !real[m[1]] && foreign[m[1]] == "" {
-					bad = append(bad, fset.Position(pos).String()+": --"+m[1])
+					bad = append(bad, p+":"+strconv.Itoa(line)+": --"+m[1])
 				}
 			}
-		}
+		})
 	}
 	sort.Strings(bad)
 	bad = slices.Compact(bad)
