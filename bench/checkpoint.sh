@@ -13,7 +13,7 @@
 #   2. re-upload of an unchanged checkpoint (checkpoint.Uploader on
 #      storage/s3): bytes moved and time against the first upload;
 #   3. verified `lifeboat restore` into an empty directory, with the
-#      default check (sha256) and with --verify-restore crc32c, against
+#      default check (crc32c) and with --verify-restore sha256, against
 #      `mc cp` of the same bytes to local disk and `mc cp` plus an fsync,
 #      page cache dropped before each;
 #   4. the cost of the format checks: 64 state_dict-shaped pickles uploaded

@@ -13,7 +13,7 @@
 #   - upload: `lifeboat run --store ... --workers N -- cp FILE DIR/` (the
 #     run ends after the final upload committed), against `mc cp FILE`;
 #   - restore: `lifeboat restore --workers N` into an empty directory, with
-#     the default check (sha256) and with --verify-restore crc32c, against
+#     the default check (crc32c) and with --verify-restore sha256, against
 #     `mc cp` of the same bytes as one object;
 # for N in WORKERS (default "4 8 16 32"), with a 1 GiB file (SIZE=BYTES).
 # Prints a Markdown table of medians, with the client's CPU seconds (user +
@@ -88,9 +88,9 @@ for delay in $DELAYS; do
 			cmp -s "$work/latest.pdparams" "$work/down/latest.pdparams" || die "restore with $n workers differs"
 			rm -rf "$work/down" && mkdir -p "$work/down"
 			sync && echo 3 >/proc/sys/vm/drop_caches
-			timed "$delay down lifeboat-crc32c-w$n" "$work/lifeboat" restore --store "$store" --dir "$work/down" \
-				--workers "$n" --log-level warn --verify-restore crc32c
-			cmp -s "$work/latest.pdparams" "$work/down/latest.pdparams" || die "crc32c restore with $n workers differs"
+			timed "$delay down lifeboat-sha256-w$n" "$work/lifeboat" restore --store "$store" --dir "$work/down" \
+				--workers "$n" --log-level warn --verify-restore sha256
+			cmp -s "$work/latest.pdparams" "$work/down/latest.pdparams" || die "sha256 restore with $n workers differs"
 		done
 		timed "$delay up mc" "$mc" cp --quiet "$work/latest.pdparams" "far/latency/mc-d$delay-r$round/latest.pdparams"
 		rm -rf "$work/down" && mkdir -p "$work/down"

@@ -15,24 +15,23 @@ import (
 type Check int
 
 const (
-	// CheckSHA256 recomputes every chunk's SHA-256, its content address:
-	// the bytes are the ones the manifest names, whoever wrote the
-	// object. The default.
-	CheckSHA256 Check = iota
-	// CheckCRC32C checks a chunk against the CRC32C the server checked
-	// when it stored the object and returns with it, when the object's
-	// writer declared the chunk's SHA-256 with it (as lifeboat's uploads
-	// do, computing both in one pass): corruption on the way and at rest
-	// is found at a fraction of SHA-256's cost. A chunk the server
-	// returns no such CRC32C for (a store that keeps none, a file://
-	// store, a chunk stored before CRC32Cs were, another writer's object)
-	// is checked by SHA-256. It trusts whoever can write the store: a
-	// writer that declares a chunk's SHA-256 over other bytes is not
-	// found. For stores only this job's uploads write.
-	CheckCRC32C
+	// CheckCRC32C checks each chunk against the CRC32C its manifest
+	// records: the uploader computed it from the bytes it read, in the
+	// pass that computed their SHA-256, so whatever the store or another
+	// writer did to them since (on the way, at rest, another tool
+	// writing the chunk's key) is found, at a fraction of SHA-256's cost;
+	// what it does not find is bytes chosen on purpose to have the same
+	// CRC32C. A chunk whose manifest records none (written before they
+	// were recorded) is checked by SHA-256. The default.
+	CheckCRC32C Check = iota
+	// CheckSHA256 recomputes every chunk's SHA-256, its content address,
+	// and checks the CRC32C its manifest records as well: the bytes are
+	// the ones the manifest names, even if someone who can write chunks
+	// but not manifests chose them. For stores that others can write.
+	CheckSHA256
 )
 
-// ParseCheck parses a Check's name: "sha256" or "crc32c".
+// ParseCheck parses a Check's name: "crc32c" or "sha256".
 func ParseCheck(s string) (Check, error) {
 	switch s {
 	case "sha256":
@@ -40,7 +39,7 @@ func ParseCheck(s string) (Check, error) {
 	case "crc32c":
 		return CheckCRC32C, nil
 	}
-	return 0, fmt.Errorf("unknown check %q; want sha256 or crc32c", s)
+	return 0, fmt.Errorf("unknown check %q; want crc32c or sha256", s)
 }
 
 func (c Check) String() string {
@@ -50,29 +49,34 @@ func (c Check) String() string {
 	return "sha256"
 }
 
-// chunkSum is one chunk's check while its bytes arrive: its SHA-256, or
-// its CRC32C against the one the store returned.
+// chunkSum is one chunk's check while its bytes arrive: its SHA-256, its
+// CRC32C, or both.
 type chunkSum struct {
-	h      hash.Hash // SHA-256; nil when the CRC32C is checked
+	h      hash.Hash // SHA-256; nil when only the CRC32C is checked
 	crc    uint32
-	stored uint32 // the CRC32C the store returned
+	want   uint32 // the CRC32C the manifest records
+	hasCRC bool   // the manifest records one
 }
 
-// newChunkSum chooses the check of chunk c whose object the store
-// described with sums, under check.
-func newChunkSum(check Check, c Chunk, sums storage.StoredSums) *chunkSum {
-	if check == CheckCRC32C && sums.HasCRC32C && sums.SHA256 == c.SHA256 {
-		return &chunkSum{stored: sums.CRC32C}
+// newChunkSum chooses the check of chunk c under check.
+func newChunkSum(check Check, c Chunk) *chunkSum {
+	s := &chunkSum{}
+	s.want, s.hasCRC = c.recordedCRC32C()
+	if check == CheckSHA256 || !s.hasCRC {
+		s.h = sha256.New()
 	}
-	return &chunkSum{h: sha256.New()}
+	return s
 }
 
 func (s *chunkSum) write(b []byte) {
-	if s.h != nil {
+	switch {
+	case s.h == nil:
+		s.crc = crc32.Update(s.crc, storage.CRC32CTable, b)
+	case s.hasCRC:
+		s.crc = storage.WriteSums(s.h, s.crc, b)
+	default:
 		s.h.Write(b)
-		return
 	}
-	s.crc = crc32.Update(s.crc, storage.CRC32CTable, b)
 }
 
 // used is the check that ran: CheckSHA256 or CheckCRC32C.
@@ -89,10 +93,9 @@ func (s *chunkSum) verify(c Chunk) error {
 		if got := hex.EncodeToString(s.h.Sum(nil)); got != c.SHA256 {
 			return fmt.Errorf("chunk %s has sha256 %s: %w", chunkKey(c.SHA256), got, ErrCorrupt)
 		}
-		return nil
 	}
-	if s.crc != s.stored {
-		return fmt.Errorf("chunk %s has CRC32C %08x, the store keeps %08x for it: %w", chunkKey(c.SHA256), s.crc, s.stored, ErrCorrupt)
+	if s.hasCRC && s.crc != s.want {
+		return fmt.Errorf("chunk %s has CRC32C %s, its manifest records %s: %w", chunkKey(c.SHA256), crc32cHex(s.crc), c.CRC32C, ErrCorrupt)
 	}
 	return nil
 }

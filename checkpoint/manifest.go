@@ -85,6 +85,35 @@ type File struct {
 type Chunk struct {
 	SHA256 string `json:"sha256"` // lower-case hex
 	Size   int64  `json:"size"`   // 1..MaxChunkSize
+	// CRC32C is the CRC32C (Castagnoli) of the chunk's bytes, 8
+	// lower-case hex digits, computed by the uploader from the bytes it
+	// read, in the pass that computed their SHA-256; empty in manifests
+	// written before it was recorded. A restore checks the bytes it
+	// downloads against it (CheckCRC32C, docs/FORMAT.md "Checking a
+	// restore").
+	CRC32C string `json:"crc32c,omitempty"`
+}
+
+// crc32cHex is how a manifest writes a CRC32C.
+func crc32cHex(crc uint32) string {
+	return fmt.Sprintf("%08x", crc)
+}
+
+// recordedCRC32C returns the CRC32C c records, if it records one. It
+// parses only what Validate accepted.
+func (c Chunk) recordedCRC32C() (uint32, bool) {
+	if c.CRC32C == "" {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(c.CRC32C, 16, 32)
+	return uint32(v), err == nil
+}
+
+// sameBytes reports whether a and b name the same bytes: the CRC32C one
+// of them may lack (written before it was recorded) does not tell them
+// apart.
+func (c Chunk) sameBytes(o Chunk) bool {
+	return c.SHA256 == o.SHA256 && c.Size == o.Size
 }
 
 // Bytes returns the total size of the snapshot's files.
@@ -257,6 +286,9 @@ func (m *Manifest) validate() error {
 			}
 			if c.Size < 1 || c.Size > MaxChunkSize {
 				return fmt.Errorf("file %q: chunk size %d outside 1..%d", f.Path, c.Size, MaxChunkSize)
+			}
+			if c.CRC32C != "" && (len(c.CRC32C) != 8 || !isHex(c.CRC32C)) {
+				return fmt.Errorf("file %q: chunk CRC32C %q is not 8 lower-case hex digits", f.Path, c.CRC32C)
 			}
 			sum += c.Size
 		}

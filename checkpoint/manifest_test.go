@@ -69,6 +69,10 @@ func TestDecodeManifest(t *testing.T) {
 		{"bad hash", edit(`5b7e7d2b`, `5B7E7D2B`), "chunk hash"},
 		{"short hash", edit(`"5b7e7d2b`, `"`), "chunk hash"},
 		{"wrong type", edit(`"step":100`, `"step":"100"`), "decode"},
+		{"crc32c", edit(`"size":5}`, `"size":5,"crc32c":"0a1b2c3d"}`), ""},
+		{"upper-case crc32c", edit(`"size":5}`, `"size":5,"crc32c":"0A1B2C3D"}`), "CRC32C"},
+		{"short crc32c", edit(`"size":5}`, `"size":5,"crc32c":"0a1b2c"}`), "CRC32C"},
+		{"crc32c as a number", edit(`"size":5}`, `"size":5,"crc32c":169552957}`), "decode"},
 		{"revision and counter", edit(`"world_size":2,`, `"world_size":2,"revision":3,"counter":true,`), ""},
 		{"negative revision", edit(`"world_size":2,`, `"world_size":2,"revision":-1,`), "revision -1"},
 		{"revision too high", edit(`"world_size":2,`, `"world_size":2,"revision":100000,`), "revision 100000"},
@@ -130,6 +134,7 @@ func TestManifestEncodeRoundTrip(t *testing.T) {
 func FuzzDecodeManifest(f *testing.F) {
 	f.Add(validManifest(f))
 	f.Add([]byte(`{"format":1}`))
+	f.Add(bytes.Replace(validManifest(f), []byte(`"size":5}`), []byte(`"size":5,"crc32c":"0a1b2c3d"}`), 1))
 	f.Add([]byte(`{"format":1,"id":"0123456789abcdef","step":0,"rank":0,"world_size":1,"created":"2025-01-01T00:00:00Z","producer":"","chunk_size":0,"files":[]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := DecodeManifest(data)

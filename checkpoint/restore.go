@@ -42,8 +42,8 @@ type RestoreOptions struct {
 	// of its format makes the snapshot corrupt (ErrCorrupt), like a bad
 	// chunk: nothing is moved into place, and RestoreLatest falls back.
 	SkipFormatCheck bool
-	// Check is how each chunk's bytes are checked: CheckSHA256 (the zero
-	// value) or CheckCRC32C (see Check).
+	// Check is how each chunk's bytes are checked: CheckCRC32C (the zero
+	// value) or CheckSHA256 (see Check).
 	Check Check
 	// AllRanks restores every rank's snapshot of the step, not only
 	// rank's, each under its own subdirectory: dir/RanksDir/RankDir(r)/,
@@ -98,15 +98,15 @@ type RestoreResult struct {
 	MovedAside []string
 	Aside      string
 	// Checked counts the chunks downloaded by the check that ran on
-	// each: with CheckCRC32C, those the store returned no usable CRC32C
-	// for were checked by SHA-256.
+	// each: with CheckCRC32C, those whose manifest records no CRC32C
+	// were checked by SHA-256.
 	Checked Checked
 }
 
 // Checked counts chunks by the check that ran on them.
 type Checked struct {
 	SHA256 int // chunks whose SHA-256 was recomputed
-	CRC32C int // chunks checked against the CRC32C the store kept
+	CRC32C int // chunks checked against their manifest's CRC32C only
 }
 
 // Restore writes the snapshot of (step, rank) into dir: the highest
@@ -1052,7 +1052,7 @@ func checkTargets(root *beneath.Dir, sub string, files []File) error {
 const fetchBuffer = 1 << 20
 
 // fetchChunk downloads chunk c through scratch, checks its length and its
-// bytes (check: its SHA-256, or the CRC32C the store returned with it; see
+// bytes (check: the CRC32C its manifest records, its SHA-256, or both; see
 // Check), and writes it at off in w (nil: only check it). It returns the
 // check that ran. Bytes beyond c.Size are counted, never written: w's
 // next range belongs to another chunk. A missing object, or one of the
@@ -1109,7 +1109,7 @@ func (f *chunkFetch) get(ctx context.Context, s storage.Store, key string, offse
 	}
 	defer rc.Close()
 	if f.sum == nil {
-		f.sum = newChunkSum(f.check, f.c, storage.BodySums(rc))
+		f.sum = newChunkSum(f.check, f.c)
 	}
 	r := io.LimitReader(rc, f.c.Size+1-f.n)
 	for {

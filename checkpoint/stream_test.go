@@ -103,6 +103,7 @@ func TestStreamRewrittenRegionIsSentAgain(t *testing.T) {
 			t.Errorf("upload: streamed %d chunks (%d bytes), uploaded %d; want 5 (%d bytes) and 2",
 				res.StreamedChunks, res.StreamedBytes, res.UploadedChunks, 5*testChunk)
 		}
+		checkRecordedCRC32Cs(t, res.Manifest, tree{"model.pdparams": final})
 		out := t.TempDir()
 		if _, err := Restore(ctx, s, 7, 0, out, RestoreOptions{Workers: 3}); err != nil {
 			t.Fatal(err)

@@ -552,13 +552,14 @@ func (run *uploadRun) storeJob(ctx context.Context, job uploadJob, pool *chunkBu
 		pool.give(job.buf)
 		return nil
 	}
-	err := run.u.storeChunk(ctx, job, job.streamed, func(sum string) (skip bool) {
+	err := run.u.storeChunk(ctx, job, job.streamed, func(sum string, crc uint32) (skip bool) {
 		run.mu.Lock()
 		defer run.mu.Unlock()
 		if run.attempts[job.file] != job.attempt {
 			return true // void since the check above
 		}
-		run.chunks[job.file][job.chunk].SHA256 = sum
+		c := &run.chunks[job.file][job.chunk]
+		c.SHA256, c.CRC32C = sum, crc32cHex(crc)
 		if run.seen[sum] {
 			return true
 		}
@@ -642,28 +643,27 @@ func (run *uploadRun) manifest() *Manifest {
 	return m
 }
 
-// storeChunk hashes job's bytes and Puts them unless skip(sum) says the
-// store holds them already; done reports which happened, and whether a
-// Stream had stored these bytes (their SHA-256 is then the one it
-// recorded under their keyed hash, and is not computed again). Only a
-// chunk a Stream read at the same offset of the same file (tryStreamed)
-// is looked up.
-func (u *Uploader) storeChunk(ctx context.Context, job uploadJob, tryStreamed bool, skip func(sum string) bool, done func(uploaded, streamed bool)) error {
+// storeChunk hashes job's bytes and Puts them unless skip(sum, crc) says
+// the store holds them already; done reports which happened, and whether
+// a Stream had stored these bytes (their SHA-256 is then the one it
+// recorded under their keyed hash, and is not computed again; their
+// CRC32C, for the manifest, is). Only a chunk a Stream read at the same
+// offset of the same file (tryStreamed) is looked up.
+func (u *Uploader) storeChunk(ctx context.Context, job uploadJob, tryStreamed bool, skip func(sum string, crc uint32) bool, done func(uploaded, streamed bool)) error {
 	var sum string
+	var crc uint32
 	var streamed bool
 	if tryStreamed {
 		sum, streamed = u.streamed.lookup(job.buf)
 	}
-	var crc uint32
-	if !streamed {
-		sum, crc = storage.Checksums(job.buf)
-	}
-	if skip(sum) {
-		done(false, streamed)
-		return nil
-	}
 	if streamed {
 		crc = crc32.Checksum(job.buf, storage.CRC32CTable)
+	} else {
+		sum, crc = storage.Checksums(job.buf)
+	}
+	if skip(sum, crc) {
+		done(false, streamed)
+		return nil
 	}
 	key := chunkKey(sum)
 	begun := orDefaultClock(u.Clock)()
@@ -690,8 +690,10 @@ func loadIndex(ctx context.Context, s storage.Store) (map[string]time.Time, erro
 	return index, nil
 }
 
+// equalFile reports whether a and b are the same file: path, size, mode
+// and bytes (Chunk.sameBytes).
 func equalFile(a, b File) bool {
-	return a.Path == b.Path && a.Size == b.Size && a.Mode == b.Mode && slices.Equal(a.Chunks, b.Chunks)
+	return a.Path == b.Path && a.Size == b.Size && a.Mode == b.Mode && slices.EqualFunc(a.Chunks, b.Chunks, Chunk.sameBytes)
 }
 
 func newID() string {

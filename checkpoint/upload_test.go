@@ -324,3 +324,63 @@ func TestChunksCarryTheirCRC32C(t *testing.T) {
 		t.Fatal("no chunk was Put")
 	}
 }
+
+// TestManifestsRecordEachChunksCRC32C: every chunk of a manifest records
+// the CRC32C of its bytes, however the upload came by the chunk: read and
+// Put, found stored already (another uploader's), or taken unread from a
+// file this uploader committed before. (A streamed chunk's:
+// TestStreamRewrittenRegionIsSentAgain.)
+func TestManifestsRecordEachChunksCRC32C(t *testing.T) {
+	defer verifyNone(t)
+	stores(t, func(t *testing.T, s storage.Store) {
+		ctx := context.Background()
+		dir := t.TempDir()
+		tr := sampleTree(8)
+		writeTree(t, dir, tr)
+		u := newUploader(s, nil)
+		for step, up := range map[int64]*Uploader{1: u, 2: u, 3: newUploader(s, nil)} {
+			res, err := up.Upload(ctx, dir, Target{Step: step, WorldSize: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := DecodeManifest(getBytes(t, s, res.Key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRecordedCRC32Cs(t, m, tr)
+		}
+	})
+}
+
+// checkRecordedCRC32Cs fails unless every chunk of m records the CRC32C of
+// its bytes in tr.
+func checkRecordedCRC32Cs(t *testing.T, m *Manifest, tr tree) {
+	t.Helper()
+	for _, f := range m.Files {
+		b := tr[f.Path]
+		for _, c := range f.Chunks {
+			if want := crc32cHex(crc32.Checksum(b[:c.Size], storage.CRC32CTable)); c.CRC32C != want {
+				t.Errorf("step %d %s: chunk %s records CRC32C %q, its bytes have %s", m.Step, f.Path, c.SHA256[:12], c.CRC32C, want)
+			}
+			b = b[c.Size:]
+		}
+	}
+}
+
+// TestSameFilesAsAManifestWithoutCRC32Cs: files committed by a lifeboat
+// that recorded no CRC32Cs, uploaded again unchanged (the step a pod
+// restored, after an upgrade), are already committed: a CRC32C one
+// manifest lacks does not make the bytes another revision.
+func TestSameFilesAsAManifestWithoutCRC32Cs(t *testing.T) {
+	defer verifyNone(t)
+	stores(t, func(t *testing.T, s storage.Store) {
+		tr := sampleTree(10)
+		first := upload(t, newUploader(s, nil), 1, 0, 1, tr)
+		rewriteManifest(t, s, first, withoutCRC32C)
+		again := upload(t, newUploader(s, nil), 1, 0, 1, tr)
+		if !again.AlreadyCommitted || again.Revision != 0 || again.Key != first.Key {
+			t.Errorf("upload of the same files: already committed %v, revision %d, key %s; want the committed %s",
+				again.AlreadyCommitted, again.Revision, again.Key, first.Key)
+		}
+	})
+}

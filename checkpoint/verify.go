@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -134,7 +135,8 @@ type VerifyReport struct {
 	PassedOver string
 	ReadData   Subset // the chunks whose content was to be checked
 	// Check is how the chunks read were checked: always CheckSHA256,
-	// their content address, whatever the store keeps with them.
+	// their content address, whatever the store keeps with them (and the
+	// CRC32C their manifests record, as CheckSHA256 does).
 	Check      Check
 	Manifests  int // manifests that decoded
 	Chunks     int // distinct chunks referenced
@@ -193,12 +195,14 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 }
 
 // verifyManifests reports in rep the revision checked of each rank of g,
-// whose manifests readGroups read, and its missing and bad manifests. It
-// returns the size of each distinct chunk the manifests name, and the
-// chunks in the order first named; its error is a failure to check (the
-// store's, ctx's) while reading a manifest again.
-func verifyManifests(ctx context.Context, s storage.Store, g *stepGroup, rep *VerifyReport) (chunks map[string]int64, order []string, err error) {
-	chunks = map[string]int64{} // sum -> size
+// whose manifests readGroups read, and its missing and bad manifests (one
+// that records another CRC32C for a chunk than an earlier rank's does is
+// bad). It returns each distinct chunk the manifests name, by SHA-256,
+// with the CRC32C one of them records, and the chunks in the order first
+// named; its error is a failure to check (the store's, ctx's) while
+// reading a manifest again.
+func verifyManifests(ctx context.Context, s storage.Store, g *stepGroup, rep *VerifyReport) (chunks map[string]Chunk, order []string, err error) {
+	chunks = map[string]Chunk{}
 	for r := range rep.WorldSize {
 		oi, ok := g.keys[r]
 		if !ok {
@@ -220,13 +224,24 @@ func verifyManifests(ctx context.Context, s storage.Store, g *stepGroup, rep *Ve
 			return nil, nil, err
 		}
 		rep.Manifests++
+		disagrees := ""
 		for _, f := range m.Files {
 			for _, c := range f.Chunks {
-				if _, ok := chunks[c.SHA256]; !ok {
+				had, ok := chunks[c.SHA256]
+				switch {
+				case !ok:
 					order = append(order, c.SHA256)
+				case c.CRC32C == "" || had.CRC32C == c.CRC32C:
+					continue
+				case had.CRC32C != "":
+					disagrees = cmp.Or(disagrees, fmt.Sprintf("it records CRC32C %s for chunk %s, an earlier rank's manifest %s", c.CRC32C, chunkKey(c.SHA256), had.CRC32C))
+					continue
 				}
-				chunks[c.SHA256] = c.Size
+				chunks[c.SHA256] = c
 			}
+		}
+		if disagrees != "" {
+			rep.Problems = append(rep.Problems, Problem{BadManifest, oi.Key, disagrees})
 		}
 	}
 	rep.Chunks = len(order)
@@ -235,7 +250,7 @@ func verifyManifests(ctx context.Context, s storage.Store, g *stepGroup, rep *Ve
 
 // verifyChunks checks the chunks in order (checkChunk), up to opts.Workers
 // at once, and reports what it found in rep.
-func verifyChunks(ctx context.Context, s storage.Store, chunks map[string]int64, order []string, opts VerifyOptions, rep *VerifyReport) error {
+func verifyChunks(ctx context.Context, s storage.Store, chunks map[string]Chunk, order []string, opts VerifyOptions, rep *VerifyReport) error {
 	var mu sync.Mutex
 	workers := opts.Workers
 	scratch := newScratchPool(workers)
@@ -248,7 +263,7 @@ func verifyChunks(ctx context.Context, s storage.Store, chunks map[string]int64,
 		g.Go(func() error {
 			buf := scratch.get()
 			defer scratch.put(buf)
-			p, read, err := checkChunk(gctx, s, sum, chunks[sum], opts.ReadData, buf)
+			p, read, err := checkChunk(gctx, s, chunks[sum], opts.ReadData, buf)
 			if err != nil {
 				return err
 			}
@@ -259,7 +274,7 @@ func verifyChunks(ctx context.Context, s storage.Store, chunks map[string]int64,
 			}
 			if read {
 				rep.ChunksRead++
-				rep.BytesRead += chunks[sum]
+				rep.BytesRead += chunks[sum].Size
 			}
 			return nil
 		})
@@ -267,9 +282,11 @@ func verifyChunks(ctx context.Context, s storage.Store, chunks map[string]int64,
 	return waitCause(ctx, gctx, g)
 }
 
-// checkChunk Stats a chunk and, when it is in readData, downloads and
-// hashes it; read reports whether it did.
-func checkChunk(ctx context.Context, s storage.Store, sum string, size int64, readData Subset, scratch []byte) (p *Problem, read bool, err error) {
+// checkChunk Stats chunk c and, when it is in readData, downloads it and
+// checks its SHA-256 and the CRC32C its manifests record; read reports
+// whether it did.
+func checkChunk(ctx context.Context, s storage.Store, c Chunk, readData Subset, scratch []byte) (p *Problem, read bool, err error) {
+	sum, size := c.SHA256, c.Size
 	key := chunkKey(sum)
 	oi, err := s.Stat(ctx, key)
 	switch {
@@ -284,7 +301,7 @@ func checkChunk(ctx context.Context, s storage.Store, sum string, size int64, re
 	case !readData.Contains(sum):
 		return nil, false, nil
 	}
-	_, err = fetchChunk(ctx, s, Chunk{SHA256: sum, Size: size}, nil, 0, scratch, CheckSHA256) // VerifyReport.Check
+	_, err = fetchChunk(ctx, s, c, nil, 0, scratch, CheckSHA256) // VerifyReport.Check
 	switch {
 	case errors.Is(err, ErrCorrupt):
 		return &Problem{CorruptChunk, key, err.Error()}, true, nil

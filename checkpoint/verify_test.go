@@ -108,3 +108,51 @@ func TestVerifyChecksWhatRestoreTakes(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifyChecksRecordedCRC32Cs: what the manifests record of a chunk is
+// checked with its bytes. A rank's manifest whose chunk CRC32C disagrees
+// with an earlier rank's for the same chunk is a bad manifest; one whose
+// CRC32C is not its bytes' makes the chunk corrupt when the data is read
+// (the bytes, whose SHA-256 is right, are what the other ranks record).
+func TestVerifyChecksRecordedCRC32Cs(t *testing.T) {
+	defer verifyNone(t)
+	allStores(t, func(t *testing.T, s storage.Store) {
+		ctx := context.Background()
+		u := newUploader(s, nil)
+		same := sampleTree(9) // both ranks save the same bytes
+		var res [2]*UploadResult
+		for rank := range 2 {
+			res[rank] = uploadTarget(t, u, Target{Step: 10, Rank: rank, WorldSize: 2}, same)
+		}
+		c := bigChunk(res[1])
+		rewriteManifest(t, s, res[1], func(m *Manifest) {
+			for i := range m.Files {
+				for j, o := range m.Files[i].Chunks {
+					if o.SHA256 == c.SHA256 {
+						crc, _ := o.recordedCRC32C()
+						m.Files[i].Chunks[j].CRC32C = crc32cHex(^crc)
+					}
+				}
+			}
+		})
+		rep, err := Verify(ctx, s, 10, VerifyOptions{ReadData: ReadAll})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Problems) != 1 || rep.Problems[0].Kind != BadManifest || rep.Problems[0].Key != res[1].Key {
+			t.Errorf("two ranks disagree about a CRC32C: problems %v; want %s bad", rep.Problems, res[1].Key)
+		}
+
+		wrong, err := DecodeManifest(getBytes(t, s, res[1].Key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rewriteManifest(t, s, res[0], func(m *Manifest) { *m = *wrong; m.Rank = 0 })
+		if rep, err = Verify(ctx, s, 10, VerifyOptions{ReadData: ReadAll}); err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Problems) != 1 || rep.Problems[0].Kind != CorruptChunk || rep.Problems[0].Key != chunkKey(c.SHA256) {
+			t.Errorf("both ranks record a wrong CRC32C: problems %v; want %s corrupt", rep.Problems, chunkKey(c.SHA256))
+		}
+	})
+}

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"hash"
 	"hash/crc32"
-	"io"
 )
 
 // CRC32CTable is the Castagnoli table, the CRC32C of S3's
@@ -35,38 +34,4 @@ func WriteSums(h hash.Hash, crc uint32, b []byte) uint32 {
 		b = b[n:]
 	}
 	return crc
-}
-
-// StoredSums is what a store said, with a Get's bytes, about the object
-// those bytes come from: the checksums it keeps with it. The zero value
-// says nothing.
-type StoredSums struct {
-	// SHA256 is the lower-case hex SHA-256 the object's writer declared
-	// (PutOptions.SHA256, kept as metadata), "" when none. The store did
-	// not check it against the bytes: it is the writer's word.
-	SHA256 string
-	// CRC32C is the CRC32C of the whole object that the server checked
-	// against the bytes it received when the object was written, and
-	// keeps with it; valid when HasCRC32C. A server answers it to a Get of
-	// the whole object only (S3's x-amz-checksum-mode: ENABLED), and only
-	// for an object written in one request with that checksum (a
-	// multipart upload's is a checksum of its parts' checksums).
-	CRC32C    uint32
-	HasCRC32C bool
-}
-
-// SumsReader is a Get's body that knows the object's StoredSums. Wrappers
-// of a Store pass it on (BodySums).
-type SumsReader interface {
-	io.Reader
-	StoredSums() StoredSums
-}
-
-// BodySums returns the StoredSums of a body that Get returned, or the zero
-// StoredSums when the store said nothing.
-func BodySums(r io.Reader) StoredSums {
-	if sr, ok := r.(SumsReader); ok {
-		return sr.StoredSums()
-	}
-	return StoredSums{}
 }

@@ -79,12 +79,6 @@ func (r *recoverReader) Read(p []byte) (n int, err error) {
 	return r.rc.Read(p)
 }
 
-// StoredSums passes on what the inner body knows (BodySums).
-func (r *recoverReader) StoredSums() (sums StoredSums) {
-	defer func() { _ = recover() }()
-	return BodySums(r.rc)
-}
-
 func (r *recoverReader) Close() (err error) {
 	defer recovered("close", r.key, &err)
 	return r.rc.Close()

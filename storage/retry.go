@@ -240,7 +240,7 @@ func (s *retryStore) Get(ctx context.Context, key string, offset, length int64) 
 	for attempt := 1; ; attempt++ {
 		rc, err := s.inner.Get(ctx, key, offset, length)
 		if err == nil {
-			return &retryBody{s: s, ctx: ctx, key: key, offset: offset, want: length, rc: rc, sums: BodySums(rc)}, nil
+			return &retryBody{s: s, ctx: ctx, key: key, offset: offset, want: length, rc: rc}, nil
 		}
 		if !s.p.again(ctx, "get", key, attempt, err) {
 			return nil, err
@@ -262,12 +262,7 @@ type retryBody struct {
 	final  error       // the error every Read returns once retries are over
 	seen   *ObjectInfo // the object as the first re-open found it
 	tries  int         // retries since the last byte read
-	sums   StoredSums  // what the first Get said of the object
 }
-
-// StoredSums is what the first Get said of the object: a re-opened range
-// says nothing, and reopen makes sure the object is the one first read.
-func (b *retryBody) StoredSums() StoredSums { return b.sums }
 
 func (b *retryBody) Read(p []byte) (int, error) {
 	if b.final != nil {

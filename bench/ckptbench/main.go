@@ -84,10 +84,10 @@ type round struct {
 	mcUpRSS                        int64
 	first, second                  float64 // 2
 	secondBytes, total             int64
-	restore                        float64 // 3: lifeboat (--verify-restore sha256, the default)
+	restore                        float64 // 3: lifeboat (--verify-restore crc32c, the default)
 	restoreRSS                     int64
-	restoreCRC                     float64 // 3: lifeboat --verify-restore crc32c
-	restoreCRCCPU, restoreCRCSrv   float64
+	restoreSHA                     float64 // 3: lifeboat --verify-restore sha256
+	restoreSHACPU, restoreSHASrv   float64
 	mcDown, mcDownSync             float64 // 3: mc, and mc plus an fsync of the file
 	mcDownRSS                      int64
 	restoreCPU, restoreServer      float64 // 3: CPU seconds of lifeboat, and of the server meanwhile
@@ -243,15 +243,15 @@ func restoreRound(o options, i int, dir, src, store, mcObj string, r round) (rou
 		r.restoreCPU, r.restoreServer = res.cpu, res.server
 		return sameFile(src, filepath.Join(restoreDir, filepath.FromSlash(ckptFile)))
 	}
-	lbCRC := func() error {
+	lbSHA := func() error {
 		dropCaches()
-		logf("run %d: lifeboat restore --verify-restore crc32c", i+1)
+		logf("run %d: lifeboat restore --verify-restore sha256", i+1)
 		os.RemoveAll(restoreDir)
-		res, err := timed(dir, o.lifeboat, "restore", "--store", store, "--dir", restoreDir, "--log-format", "json", "--verify-restore", "crc32c")
+		res, err := timed(dir, o.lifeboat, "restore", "--store", store, "--dir", restoreDir, "--log-format", "json", "--verify-restore", "sha256")
 		if err != nil {
 			return err
 		}
-		r.restoreCRC, r.restoreCRCCPU, r.restoreCRCSrv = res.secs, res.cpu, res.server
+		r.restoreSHA, r.restoreSHACPU, r.restoreSHASrv = res.secs, res.cpu, res.server
 		return sameFile(src, filepath.Join(restoreDir, filepath.FromSlash(ckptFile)))
 	}
 	mc := func() error {
@@ -271,9 +271,9 @@ func restoreRound(o options, i int, dir, src, store, mcObj string, r round) (rou
 		r.mcDownSync = r.mcDown + sync
 		return sameFile(src, dst)
 	}
-	order := []func() error{lb, lbCRC, mc}
+	order := []func() error{lb, lbSHA, mc}
 	if i%2 == 1 {
-		order = []func() error{mc, lbCRC, lb}
+		order = []func() error{mc, lbSHA, lb}
 	}
 	for _, f := range order {
 		if err := f(); err != nil {
@@ -807,8 +807,8 @@ func printTables(w io.Writer, o options, rounds []round, dropped bool) {
 	bytesPct := 100 * moved / float64(o.size)
 	timePct := 100 * second / first
 	downRatio := mcDown / restore
-	restoreCRC := med(func(r round) float64 { return r.restoreCRC })
-	crcRatio := mcDown / restoreCRC
+	restoreSHA := med(func(r round) float64 { return r.restoreSHA })
+	shaRatio := mcDown / restoreSHA
 	gib := float64(o.size) / (1 << 30)
 	mcCPU := med(func(r round) float64 { return r.mcDownCPU })
 	fmt.Fprintf(w, "Checkpoint of %d bytes (%.0f MiB), median of %d runs; MB/s is 10^6 bytes per second.\n\n", o.size, float64(o.size)/(1<<20), len(rounds))
@@ -831,8 +831,8 @@ func printTables(w io.Writer, o options, rounds []round, dropped bool) {
 		downRatio float64
 		syncRatio float64
 	}{
-		{"verified restore (sha256, the default)", restore, med(func(r round) float64 { return r.restoreCPU }), med(func(r round) float64 { return r.restoreServer }), downRatio, mcDownSync / restore},
-		{"verified restore, `--verify-restore crc32c`", restoreCRC, med(func(r round) float64 { return r.restoreCRCCPU }), med(func(r round) float64 { return r.restoreCRCSrv }), crcRatio, mcDownSync / restoreCRC},
+		{"verified restore (crc32c, the default)", restore, med(func(r round) float64 { return r.restoreCPU }), med(func(r round) float64 { return r.restoreServer }), downRatio, mcDownSync / restore},
+		{"verified restore, `--verify-restore sha256`", restoreSHA, med(func(r round) float64 { return r.restoreSHACPU }), med(func(r round) float64 { return r.restoreSHASrv }), shaRatio, mcDownSync / restoreSHA},
 	} {
 		fmt.Fprintf(w, "| 3. %s vs `mc cp` down | %.2f s (%.0f MB/s) | %.2f s (%.0f MB/s) | %.2fx the speed | >= 1.1x | %s |\n",
 			m.name, m.secs, mbs(m.secs), mcDown, mbs(mcDown), m.downRatio, yes(m.downRatio >= 1.1))
@@ -856,12 +856,12 @@ func printTables(w io.Writer, o options, rounds []round, dropped bool) {
 
 	}
 	fmt.Fprintln(w, "\nEach run (seconds):")
-	fmt.Fprintln(w, "\n| run | 1. total | write | total-write | flush | mc up | 2. first | second | moved bytes | 3. restore | crc32c | mc down | mc down+fsync | 4. checks on | off | alone |")
+	fmt.Fprintln(w, "\n| run | 1. total | write | total-write | flush | mc up | 2. first | second | moved bytes | 3. restore | sha256 | mc down | mc down+fsync | 4. checks on | off | alone |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for i, r := range rounds {
 		fmt.Fprintf(w, "| %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f |\n", i+1,
 			r.termTotal, r.trainerWrite, r.termTotal-r.trainerWrite, r.flush, r.mcUp, r.first, r.second, r.secondBytes,
-			r.restore, r.restoreCRC, r.mcDown, r.mcDownSync, r.checksOn, r.checksOff, r.checkOnly)
+			r.restore, r.restoreSHA, r.mcDown, r.mcDownSync, r.checksOn, r.checksOff, r.checkOnly)
 	}
 	trainerRSS := maxRSS(func(r round) int64 { return r.trainerRSS })
 	cache := "dropped before each restore and mc download"

@@ -160,9 +160,10 @@ func handOn(dir string, r *resume.Point) error {
 type checkFlag struct{ check checkpoint.Check }
 
 func (f *checkFlag) register(fs *flag.FlagSet) {
-	fs.Var(f, "verify-restore", "how a restore checks each chunk it downloads: sha256 recomputes its SHA-256, the content address "+
-		"the manifest names, whoever wrote the store; crc32c checks it against the CRC32C the server checked and kept when lifeboat "+
-		"uploaded it (a fraction of the CPU; trusts whoever can write the store, docs/FORMAT.md), and by SHA-256 where the server keeps none")
+	fs.Var(f, "verify-restore", "how a restore checks each chunk it downloads: crc32c checks it against the CRC32C its manifest "+
+		"records, computed by lifeboat from the trainer's bytes when it uploaded them (finds any change the store or another writer made; "+
+		"by SHA-256 where a manifest records none); sha256 recomputes its SHA-256, the content address, as well, "+
+		"for stores that others can write (bytes chosen to match a CRC32C; docs/FORMAT.md)")
 }
 
 func (f *checkFlag) String() string { return f.check.String() }

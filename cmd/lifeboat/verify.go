@@ -102,8 +102,9 @@ What is checked at every level: every rank of the step has a manifest that
 decodes and is valid, and every chunk the manifests name is stored with the
 size they say (and the SHA-256 the store reports, where it reports one).
 --read-data-subset then sets which chunks are also downloaded and checked
-by their SHA-256, the content address the manifests name (whatever
---verify-restore a restore uses: verify is the check that trusts no one):
+by their SHA-256, the content address the manifests name, and the CRC32C
+they record (whatever --verify-restore a restore uses: verify is the check
+that trusts no one):
   all      every chunk (the default): a chunk whose bytes were altered is found
   none     none: presence and sizes only (cheap: one Stat per chunk); a chunk
            altered in place with its size kept is NOT found

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -326,41 +324,13 @@ func (s *Store) Get(ctx context.Context, key string, offset, length int64) (io.R
 			return nil, fmt.Errorf("s3: get %s: %w", key, err)
 		}
 	}
-	whole := offset == 0 && length < 0
-	if whole {
-		// Ask for the checksum the server keeps (it answers it for a
-		// whole object only); the header is set by hand so that minio-go
-		// does not check the body itself: the caller does (BodySums).
-		opts.Set("x-amz-checksum-mode", "ENABLED")
-	}
-	body, oi, _, err := s.core.GetObject(ctx, s.cfg.Bucket, s.prefix+key, opts)
+	body, _, _, err := s.core.GetObject(ctx, s.cfg.Bucket, s.prefix+key, opts)
 	if err != nil {
 		err = s.translate(ctx, "get", key, err)
 		end(nil)
 		return nil, err
 	}
-	b := &getBody{ReadCloser: body, ctx: ctx, end: end, cfg: s.cfg, key: key}
-	if whole {
-		b.sums = storedSums(oi)
-	}
-	return b, nil
-}
-
-// storedSums is what a Get's answer says of the whole object: the SHA-256
-// its writer declared (metaSHA256) and, when the server returned one for
-// the whole object, its CRC32C. A multipart upload's CRC32C is a checksum
-// of its parts' ("...-N", x-amz-checksum-type COMPOSITE): none.
-func storedSums(oi minio.ObjectInfo) storage.StoredSums {
-	sums := storage.StoredSums{SHA256: oi.UserMetadata[metaSHA256]}
-	if oi.ChecksumCRC32C == "" || strings.EqualFold(oi.ChecksumMode, "COMPOSITE") {
-		return sums
-	}
-	raw, err := base64.StdEncoding.DecodeString(oi.ChecksumCRC32C)
-	if err != nil || len(raw) != 4 {
-		return sums
-	}
-	sums.CRC32C, sums.HasCRC32C = binary.BigEndian.Uint32(raw), true
-	return sums
+	return &getBody{ReadCloser: body, ctx: ctx, end: end, cfg: s.cfg, key: key}, nil
 }
 
 // Stat returns key's size, modification time and, where kept, SHA-256.

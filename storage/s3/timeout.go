@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/lifeboat-project/lifeboat/storage"
 )
 
 // The clocks of a request and what happens when one runs out: see the
@@ -171,15 +169,11 @@ func failed(ctx context.Context, err error) error {
 // TimeoutError it is, and closing it ends the Get's call.
 type getBody struct {
 	io.ReadCloser
-	ctx  context.Context
-	end  context.CancelCauseFunc
-	cfg  Config
-	key  string
-	sums storage.StoredSums // of the whole object, for a Get of it
+	ctx context.Context
+	end context.CancelCauseFunc
+	cfg Config
+	key string
 }
-
-// StoredSums is what the server said of the object (storage.BodySums).
-func (b *getBody) StoredSums() storage.StoredSums { return b.sums }
 
 func (b *getBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
