@@ -106,7 +106,7 @@ func twoPodsOneRank(t *testing.T, sk storeKind, rank, world int) {
 	if !jsonLogHas(b.stderr.String(), "coord.rank_claimed", map[string]string{"level": "ERROR", "rank": fmt.Sprint(rank), "other_run": runA}) {
 		t.Errorf("pod B logged no ERROR coord.rank_claimed naming pod A's run %s; stderr:\n%s", runA, tail(b.stderr.String()))
 	}
-	if want := "give every pod its own rank (--rank, LIFEBOAT_RANK, RANK, JOB_COMPLETION_INDEX)"; !strings.Contains(b.stderr.String(), want) {
+	if want := "give every pod its own rank (--rank, LIFEBOAT_RANK, PADDLE_TRAINER_ID, RANK, JOB_COMPLETION_INDEX, VC_TASK_INDEX)"; !strings.Contains(b.stderr.String(), want) {
 		t.Errorf("pod B's coord.rank_claimed does not say %q; stderr:\n%s", want, tail(b.stderr.String()))
 	}
 	if msg, _ := os.ReadFile(tlog); !strings.HasPrefix(string(msg), "exit 78: another live pod claims this rank: run "+runA) {

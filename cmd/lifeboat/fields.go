@@ -189,7 +189,7 @@ var settingFlags = map[setting.Name]string{
 	setting.MarkerOnly:                "--marker-only",
 	setting.Grace:                     "--grace",
 	setting.FlushWait:                 "--flush-wait",
-	setting.Rank:                      "--rank, LIFEBOAT_RANK, RANK, JOB_COMPLETION_INDEX",
+	setting.Rank:                      "--rank, LIFEBOAT_RANK, " + strings.Join(rankVars, ", "),
 	setting.WorldSize:                 "--world-size",
 	setting.Restore:                   "--restore",
 	setting.AllRanks:                  "--restore-ranks",

@@ -24,7 +24,10 @@ import (
 func TestSettingFlags(t *testing.T) {
 	real := allFlags(t)
 	// Where a rank comes from besides --rank and LIFEBOAT_RANK.
-	rankSources := map[string]bool{"RANK": true, "JOB_COMPLETION_INDEX": true}
+	rankSources := map[string]bool{} // every variable a rank is read from
+	for _, v := range rankVars {
+		rankSources[v] = true
+	}
 	for _, n := range setting.Names {
 		text, ok := settingFlags[n]
 		if !ok {
@@ -138,7 +141,7 @@ func TestSettingTexts(t *testing.T) {
 		{"a torn commit", setting.Textf("have the trainer mark a finished save (a marker file, lifeboat.commit(path, step)), or raise %s above the longest pause inside one save", setting.Settle),
 			"have the trainer mark a finished save (a marker file, lifeboat.commit(path, step)), or raise --settle above the longest pause inside one save"},
 		{"a rank claimed twice", setting.Textf("give every pod its own rank (%s): two pods", setting.Rank),
-			"give every pod its own rank (--rank, LIFEBOAT_RANK, RANK, JOB_COMPLETION_INDEX): two pods"},
+			"give every pod its own rank (--rank, LIFEBOAT_RANK, PADDLE_TRAINER_ID, RANK, JOB_COMPLETION_INDEX, VC_TASK_INDEX): two pods"},
 		{"a sidecar's final upload", setting.Textf("raise the pod's terminationGracePeriodSeconds and %s, lower %s, or", setting.Grace, setting.FlushWait),
 			"raise the pod's terminationGracePeriodSeconds and --grace, lower --flush-wait, or"},
 		{"plain writes", setting.Textf("then unset %s", setting.UnsafeNoConditionalWrites),
