@@ -181,15 +181,6 @@ func errorStrings(t *testing.T, path string) (fset *token.FileSet, found map[tok
 	return fset, found
 }
 
-// libraryNamesAllowed are the variables a library's errors may still
-// name, by file: those the library reads itself, as their own SDKs do.
-var libraryNamesAllowed = map[string][]string{
-	// kube.Discover reads the downward API's variables.
-	"kube/discover.go": {"LIFEBOAT_POD_NAME", "LIFEBOAT_POD_NAMESPACE"},
-	// notice.Config.ReadEnv reads the AWS SDKs' metadata variables.
-	"notice/config.go": {"AWS_EC2_METADATA_SERVICE_ENDPOINT", "AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", "AWS_EC2_METADATA_DISABLED"},
-}
-
 // TestLibrariesNameNoFlags: no error a library package returns names a flag
 // (--settle) or an environment variable (LIFEBOAT_*, AWS_*). A library
 // returns field errors (s3.FieldError, supervisor.FieldError, ...), and
@@ -209,7 +200,7 @@ func TestLibrariesNameNoFlags(t *testing.T) {
 				names = append(names, "--"+m[1])
 			}
 			for _, v := range varRef.FindAllString(s, -1) {
-				if !slices.Contains(libraryNamesAllowed[rel], v) {
+				if !slices.Contains(libraryVarsAllowed[rel], v) {
 					names = append(names, v)
 				}
 			}
@@ -232,10 +223,10 @@ func TestLibrariesNameNoFlags(t *testing.T) {
 // lifeboatVar finds the variables of lifeboat that a text names.
 var lifeboatVar = regexp.MustCompile(`\bLIFEBOAT_[A-Z0-9_]+`)
 
-// libraryVarsAllowed are the variables of lifeboat that a library's string
-// literals may name, by file: the trainer's environment (the product's
+// libraryVarsAllowed are the variables that a library's string literals
+// and errors may name, by file: the trainer's environment (the product's
 // interface with the trainer, not a setting of lifeboat), the variables a
-// library reads itself, and those only a test sets.
+// library reads itself (as their own SDKs do), and those only a test sets.
 var libraryVarsAllowed = map[string][]string{
 	// The trainer's environment.
 	"pipeline/pipeline.go": {"LIFEBOAT_DIR", "LIFEBOAT_MARKER", "LIFEBOAT_RANK", "LIFEBOAT_WORLD_SIZE"},
@@ -245,6 +236,8 @@ var libraryVarsAllowed = map[string][]string{
 	// hint for a pod the API server does not know names them.
 	"kube/discover.go": {"LIFEBOAT_POD_NAME", "LIFEBOAT_POD_NAMESPACE", "LIFEBOAT_POD_UID"},
 	"kube/reporter.go": {"LIFEBOAT_POD_NAME", "LIFEBOAT_POD_NAMESPACE"},
+	// notice.Config.ReadEnv reads the AWS SDKs' metadata variables.
+	"notice/config.go": {"AWS_EC2_METADATA_SERVICE_ENDPOINT", "AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", "AWS_EC2_METADATA_DISABLED"},
 	// The supervisor's re-exec marks its own child's environment.
 	"supervisor/mask.go": {"LIFEBOAT_INTERNAL_MASK_CLEARED"},
 	// A fault only the end-to-end tests set.
