@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -80,9 +81,13 @@ func (f Flushed) Common() (step int64, ok bool) {
 // step this rank had committed when its final upload ended (-1: none).
 // Then it lists what the other ranks published, every poll, until every
 // rank's is there, StepWait has passed, or ctx ends, and returns what it
-// found. It returns an error only when there is no job-wide stop or the
-// store failed; a rank that does not publish in time is missing from the
-// result. It is safe to call while Run runs.
+// found. A request that fails (a store slow or unreachable for a moment
+// during the stop) is tried again at the next poll while StepWait lasts:
+// one slow request must not cost the stop its common step. It returns an
+// error only when there is no job-wide stop, or when the store failed
+// until StepWait passed (or ctx ended) before this rank's step was
+// published and one listing read; a rank that does not publish in time
+// is missing from the result. It is safe to call while Run runs.
 func (c *Coordinator) Flushed(ctx context.Context, step int64, poll time.Duration) (Flushed, error) {
 	f := Flushed{WorldSize: c.cfg.WorldSize, Steps: map[int]int64{}}
 	id, err := c.jobID(ctx)
@@ -90,37 +95,49 @@ func (c *Coordinator) Flushed(ctx context.Context, step int64, poll time.Duratio
 		return f, err
 	}
 	f.StopID = id
-	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
-	err = putJSON(rctx, c.cfg.Store, flushedKey(id, c.cfg.Rank, step), struct{}{}, false)
-	cancel()
-	if err != nil {
-		return f, err
-	}
 	until := c.cfg.Now().Add(c.cfg.StepWait)
 	prefix := StepsPrefix + id + "/"
+	var published, listed bool
+	var failed error // the last request's failure
 	for {
-		rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
-		err := c.cfg.Store.List(rctx, prefix, func(oi storage.ObjectInfo) error {
-			if rank, s, ok := parseFlushed(strings.TrimPrefix(oi.Key, prefix)); ok && rank < c.cfg.WorldSize {
-				if old, seen := f.Steps[rank]; !seen || s > old {
-					f.Steps[rank] = s
-				}
-			}
-			return nil
-		})
-		cancel()
-		if err != nil {
-			return f, fmt.Errorf("coord: list %s: %w", prefix, err)
+		if !published {
+			rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+			failed = putJSON(rctx, c.cfg.Store, flushedKey(id, c.cfg.Rank, step), struct{}{}, false)
+			cancel()
+			published = failed == nil
 		}
-		if f.All() || !c.cfg.Now().Before(until) {
+		if published {
+			rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+			err := c.cfg.Store.List(rctx, prefix, func(oi storage.ObjectInfo) error {
+				if rank, s, ok := parseFlushed(strings.TrimPrefix(oi.Key, prefix)); ok && rank < c.cfg.WorldSize {
+					if old, seen := f.Steps[rank]; !seen || s > old {
+						f.Steps[rank] = s
+					}
+				}
+				return nil
+			})
+			cancel()
+			if err == nil {
+				listed, failed = true, nil
+			} else {
+				failed = fmt.Errorf("coord: list %s: %w", prefix, err)
+			}
+		}
+		if listed && f.All() {
 			return f, nil
+		}
+		if !c.cfg.Now().Before(until) || ctx.Err() != nil {
+			break
 		}
 		select {
 		case <-ctx.Done():
-			return f, nil
 		case <-time.After(poll):
 		}
 	}
+	if !listed {
+		return f, cmp.Or(failed, context.Cause(ctx))
+	}
+	return f, nil
 }
 
 // jobID is the id of the job-wide stop this lifeboat took part in: the

@@ -2,7 +2,11 @@ package coord
 
 import (
 	"context"
+	"errors"
+	"io"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +62,55 @@ func TestFlushedNotEveryRank(t *testing.T) {
 	}
 	if step, ok := f.Common(); ok {
 		t.Errorf("common step %d with a rank that committed nothing", step)
+	}
+}
+
+// TestFlushedOutlastsAFailedRequest: during the stop the store answers one
+// rank's publication with an error and lets one listing of the steps run
+// into its request timeout; the ranks try again at their next poll, and
+// both still learn both steps and the common one.
+func TestFlushedOutlastsAFailedRequest(t *testing.T) {
+	var puts, lists atomic.Int32
+	inner := mem.New()
+	st := &mem.FaultStore{Inner: inner,
+		OnPut: func(ctx context.Context, key string, r io.Reader, size int64, opts storage.PutOptions) (storage.ObjectInfo, error) {
+			if strings.HasPrefix(key, StepsPrefix) && puts.Add(1) == 1 {
+				return storage.ObjectInfo{}, errors.New("503 Service Unavailable")
+			}
+			return inner.Put(ctx, key, r, size, opts)
+		},
+		OnList: func(ctx context.Context, prefix string, fn func(storage.ObjectInfo) error) error {
+			// A listing of one stop's steps (what Flushed reads).
+			if strings.HasPrefix(prefix, StepsPrefix) && prefix != StepsPrefix && lists.Add(1) == 1 {
+				<-ctx.Done() // a request that hangs until its timeout
+				return ctx.Err()
+			}
+			return inner.List(ctx, prefix, fn)
+		},
+	}
+	rs := startRanks(t, st, 2, time.Now(), time.Minute, 0, 1)
+	rs[0].Begin("SIGTERM", time.Time{})
+	<-rs[1].Peer()
+	newest := []int64{40, 30}
+	got := make([]Flushed, 2)
+	var wg sync.WaitGroup
+	for i, r := range rs {
+		wg.Go(func() {
+			f, err := r.Flushed(context.Background(), newest[i], 5*time.Millisecond)
+			if err != nil {
+				t.Errorf("rank %d: %v", i, err)
+			}
+			got[i] = f
+		})
+	}
+	wg.Wait()
+	if puts.Load() < 3 || lists.Load() < 2 {
+		t.Fatalf("%d publications and %d listings: the faults were not met", puts.Load(), lists.Load())
+	}
+	for i, f := range got {
+		if step, ok := f.Common(); !f.All() || step != 30 || !ok {
+			t.Errorf("rank %d: %+v, common %d %v; want both ranks' steps, common 30", i, f, step, ok)
+		}
 	}
 }
 
