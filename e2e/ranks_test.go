@@ -81,8 +81,13 @@ func startRanks(t *testing.T, url string, env []string, mode, barrier string, wo
 		p := &lb{t: t, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 		r := &rankRun{lb: p, rank: i}
 		cmd.Stdout, cmd.Stderr = &eventWriter{r: r}, p.stderr
-		// A trainer that outlives its lifeboat keeps the pipes open.
-		cmd.WaitDelay = time.Second
+		// A trainer that outlives its lifeboat keeps the pipes open: Wait
+		// then closes them after WaitDelay, and what the copier had not
+		// read yet is lost. Ten seconds is far more than a starved copier
+		// needs to drain lifeboat's last lines (supervisor.exit, which the
+		// tests assert) on a loaded machine, and only a failing test waits
+		// it out (its cleanup kills the trainers).
+		cmd.WaitDelay = 10 * time.Second
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -190,21 +195,82 @@ func reachedStep(n int64) func(r *rankRun) bool {
 	}
 }
 
-// waitStopped waits until every rank has exited, at the latest by
-// deadline, and returns how long after start each one took.
-func waitStopped(t *testing.T, ranks []*rankRun, start, deadline time.Time) {
+// waitStopped waits until every rank has exited. Its bound, grace and
+// hangLimit more, only tells a hang: how late a rank sees the stop and
+// exits after its deadline is the scheduler's choice, so when each rank
+// was stopped is asserted from lifeboat's own decisions (stoppedByGrace),
+// never from the test's clock.
+func waitStopped(t *testing.T, ranks []*rankRun, grace time.Duration) {
 	t.Helper()
+	limit := time.After(grace + hangLimit)
 	for _, r := range ranks {
 		select {
 		case <-r.done:
-		case <-time.After(time.Until(deadline)):
+		case <-limit:
 			for _, r := range ranks {
 				t.Logf("rank %d (alive %v) stderr:\n%s", r.rank, r.alive(), tail(r.stderr.String()))
 			}
-			t.Fatalf("rank %d did not stop by %s after the first SIGTERM; a rank blocked in a collective must be stopped at its grace deadline",
-				r.rank, deadline.Sub(start).Round(time.Millisecond))
+			t.Fatalf("rank %d did not exit within %s after the stop (its grace and %s more): a rank blocked in a collective must be stopped at its grace deadline",
+				r.rank, grace+hangLimit, hangLimit)
 		}
 	}
+}
+
+// graceStop is what a rank's lifeboat logged of how its trainer ended.
+type graceStop struct {
+	deadline string // the end of its grace budget (supervisor.stopping)
+	expired  bool   // lifeboat SIGKILLed the trainer's tree at that deadline
+	trainer  string // how the trainer ended (supervisor.child_exited)
+}
+
+// stoppedByGrace checks, from the rank's own log, that its stop ran on
+// its grace budget: one supervisor.stopping whose budget is grace, and,
+// when the trainer did not exit by itself, a SIGKILL that was lifeboat's
+// decision at that stop's deadline (supervisor.grace_expired naming the
+// same deadline and the whole grace, then supervisor.killed). The kill
+// time is lifeboat's timer, not the test's clock: the verdict is the same
+// however late a loaded machine runs it.
+func stoppedByGrace(t *testing.T, r *rankRun, grace time.Duration) graceStop {
+	t.Helper()
+	stderr := r.stderr.String()
+	var g graceStop
+	stops := logLines(stderr, "supervisor.stopping")
+	if len(stops) != 1 {
+		t.Errorf("rank %d logged supervisor.stopping %d times, want once; stderr:\n%s", r.rank, len(stops), tail(stderr))
+		return g
+	}
+	// "grace 10s = trainer 9s + ...", or "grace 10s, all of it for the
+	// final upload" once the trainer's tree is gone.
+	if f := strings.Fields(fmt.Sprint(stops[0]["budget"])); len(f) < 2 || f[0] != "grace" || strings.TrimSuffix(f[1], ",") != grace.String() {
+		t.Errorf("rank %d stopped with budget %q, want its grace of %s; stderr:\n%s", r.rank, stops[0]["budget"], grace, tail(stderr))
+	}
+	g.deadline = fmt.Sprint(stops[0]["deadline"])
+	if exp := logLines(stderr, "supervisor.grace_expired"); len(exp) > 0 {
+		g.expired = len(exp) == 1 && exp[0]["deadline"] == g.deadline && exp[0]["grace"] == grace.String() &&
+			len(logLines(stderr, "supervisor.killed")) == 1
+		if !g.expired {
+			t.Errorf("rank %d logged supervisor.grace_expired %v, want one at its stop's deadline %s (grace %s), then supervisor.killed; stderr:\n%s",
+				r.rank, exp, g.deadline, grace, tail(stderr))
+		}
+	}
+	if ex := logLines(stderr, "supervisor.child_exited"); len(ex) == 1 {
+		g.trainer = fmt.Sprint(ex[0]["status"])
+	} else {
+		t.Errorf("rank %d logged supervisor.child_exited %d times, want once; stderr:\n%s", r.rank, len(ex), tail(stderr))
+	}
+	return g
+}
+
+// logTime is the time of the first of lifeboat's log lines msg, zero
+// when there is none.
+func logTime(stderr, msg string) time.Time {
+	for _, rec := range logLines(stderr, msg) {
+		s, _ := rec["time"].(string)
+		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			return t
+		}
+	}
+	return time.Time{}
 }
 
 // jsonLogHas reports whether one of lifeboat's JSON log lines is the event
@@ -237,22 +303,45 @@ func barrierStep(barrier string, rank int) int64 {
 // TestJobWideStop: four real lifeboats on one MinIO, whose trainers step
 // in lockstep through a barrier that blocks like a collective. Rank 1 is
 // slower than its peers: they wait for it in the next step's collective
-// when SIGTERM reaches rank 1, and rank 1 only. Every rank stops within
-// its grace, all four exit 143 as a preemption, and the next four resume
-// one and the same step: the newest step complete for all ranks.
+// when SIGTERM reaches rank 1, and rank 1 only. Every rank stops on its
+// own grace budget, all four exit 143 as a preemption, and the next four
+// resume one and the same step: the newest step complete for all ranks.
 //
 // With a SIGTERM handler (handler), rank 1 saves and exits, and the others
-// cannot handle the stop while they wait in the collective: they are
-// SIGKILLed at their deadline, as they would be after NCCL's timeout
+// cannot handle the stop while they wait in the collective: lifeboat
+// SIGKILLs them at their deadline, as they would be after NCCL's timeout
 // without the job-wide stop. With lifeboat.stop_step (stopstep), rank 1
 // asks for the step to save; the others cannot ask while they wait for it,
 // so after a quarter of the grace the step is the one after rank 1's:
 // rank 1 trains it, which releases the others, and every rank saves that
-// step and exits; the next round resumes exactly it. The next round is not
-// stopped by the stop records the first left.
+// step and exits before its deadline; the next round resumes exactly it.
+// The next round is not stopped by the stop records the first left.
+//
+// When a rank was stopped is read from lifeboat's log (its deadline, and
+// whether it SIGKILLed at it), never from the test's clock; the waits are
+// bounded against hangs only.
 func TestJobWideStop(t *testing.T) {
-	const world, grace = 4, 10 * time.Second
-	for _, mode := range []string{"handler", "stopstep"} {
+	const world = 4
+	for _, tc := range []struct {
+		mode  string
+		grace time.Duration
+	}{
+		// The SIGKILL at the deadline is lifeboat's own decision, whenever
+		// its timer runs: nothing here depends on the grace's length.
+		{"handler", 10 * time.Second},
+		// Here the trainers must beat their deadlines, so the grace is a
+		// margin: every other rank must see rank 1's stop within a
+		// quarter of it (the agreed step is decided then; a rank that
+		// sees the stop later trains past that step and is SIGKILLed), and
+		// every rank must save the agreed step and exit, and lifeboat
+		// upload it, within the rest. On an idle machine that takes well
+		// under a second; a store request that a loaded machine stalls
+		// is given up after 2s and retried. 40s (10s to see the stop, 29s
+		// more to save, exit and upload) cannot run out short of a hang,
+		// and costs the test 7.5s over a grace of 10s.
+		{"stopstep", 40 * time.Second},
+	} {
+		mode, grace := tc.mode, tc.grace
 		t.Run(mode, func(t *testing.T) {
 			sk := storeKinds()[1]
 			url, env := sk.url(t), sk.env(t)
@@ -271,9 +360,13 @@ func TestJobWideStop(t *testing.T) {
 			waitRanks(t, ranks, "entered the collective rank 1 is late for", func(r *rankRun) bool {
 				return r.rank == 1 || barrierStep(barrier, r.rank) == held.Step+1
 			})
-			start := time.Now()
 			ranks[1].signal(syscall.SIGTERM)
-			waitStopped(t, ranks, start, start.Add(grace+5*time.Second))
+			waitStopped(t, ranks, grace)
+			written := logLines(ranks[1].stderr.String(), "coord.stop_written")
+			if len(written) != 1 {
+				t.Fatalf("rank 1 logged coord.stop_written %v, want once; stderr:\n%s", written, tail(ranks[1].stderr.String()))
+			}
+			stopID := fmt.Sprint(written[0]["stop_id"])
 			for _, r := range ranks {
 				stderr := r.stderr.String()
 				if r.code != 143 {
@@ -282,21 +375,37 @@ func TestJobWideStop(t *testing.T) {
 				if ex := logLines(stderr, "supervisor.exit"); len(ex) != 1 || ex[0]["code"] != float64(r.code) {
 					t.Errorf("rank %d exited %d, but logged supervisor.exit %v (the last line must give the real code)", r.rank, r.code, ex)
 				}
+				g := stoppedByGrace(t, r, grace)
+				// Rank 1's trainer saves when it handles the stop; in
+				// stopstep every trainer saves the agreed step and exits
+				// before its deadline.
+				if (r.rank == 1 || mode == "stopstep") && (g.expired || g.trainer != "trainer exited with code 0") {
+					t.Errorf("rank %d: trainer ended %q, SIGKILLed at the deadline %v; want it to save and exit 0 before its deadline; stderr:\n%s",
+						r.rank, g.trainer, g.expired, tail(stderr))
+				}
 				if r.rank == 1 {
-					if !jsonLogHas(stderr, "coord.stop_written", map[string]string{"rank": "1", "reason": "SIGTERM"}) {
-						t.Errorf("rank 1 did not log coord.stop_written with reason SIGTERM; stderr:\n%s", tail(stderr))
+					if !jsonLogHas(stderr, "coord.stop_written", map[string]string{"rank": "1", "reason": "SIGTERM", "deadline": g.deadline}) {
+						t.Errorf("rank 1 did not log coord.stop_written with reason SIGTERM and its deadline %s; stderr:\n%s", g.deadline, tail(stderr))
 					}
 					continue
 				}
-				if !jsonLogHas(stderr, "coord.stop_seen", map[string]string{"from_rank": "1", "reason": "SIGTERM"}) {
-					t.Errorf("rank %d did not log coord.stop_seen from rank 1; stderr:\n%s", r.rank, tail(stderr))
+				// A record the store does not return within the request
+				// timeout is followed by its name alone (the package doc),
+				// and the failure logged.
+				reason := "SIGTERM"
+				if jsonLogHas(stderr, "coord.store_failed", map[string]string{"op": "read stop"}) {
+					reason = "unknown (the stop record could not be read)"
 				}
-				killed := strings.Contains(stderr, `"msg":"supervisor.grace_expired"`) && strings.Contains(stderr, `"msg":"coord.exit_as_preemption"`)
-				if mode == "handler" && !killed {
-					t.Errorf("rank %d, blocked in the collective, was not SIGKILLed at its deadline and exited as a preemption; stderr:\n%s", r.rank, tail(stderr))
+				if !jsonLogHas(stderr, "coord.stop_seen", map[string]string{"stop_id": stopID, "from_rank": "1", "reason": reason}) {
+					t.Errorf("rank %d did not log coord.stop_seen of rank 1's stop %s (reason %s); stderr:\n%s", r.rank, stopID, reason, tail(stderr))
 				}
-				if mode == "stopstep" && killed {
-					t.Errorf("rank %d was SIGKILLed although stop_step released it; stderr:\n%s", r.rank, tail(stderr))
+				preemption := len(logLines(stderr, "coord.exit_as_preemption")) == 1
+				if mode == "handler" && (!g.expired || g.trainer != "trainer killed by SIGKILL" || !preemption) {
+					t.Errorf("rank %d, blocked in the collective: trainer ended %q, SIGKILLed at its deadline %v, exit as a preemption %v; want all three; stderr:\n%s",
+						r.rank, g.trainer, g.expired, preemption, tail(stderr))
+				}
+				if mode == "stopstep" && preemption {
+					t.Errorf("rank %d exited as a preemption although stop_step released it; stderr:\n%s", r.rank, tail(stderr))
 				}
 			}
 			latest := latestComplete(lsJSON(t, sk.env(t), url))
@@ -324,9 +433,14 @@ func TestJobWideStop(t *testing.T) {
 			// first round's stop records still in the store. A new
 			// container starts at least a second after the old one's
 			// stop began (the kubelet notices its exit by a relist every
-			// second), well past the clock skew allowed.
-			time.Sleep(time.Until(start.Add(time.Second)))
-			next := startRanks(t, url, env, mode, t.TempDir(), world, "--grace", "3s")
+			// second), well past the clock skew allowed. The second is
+			// counted from rank 1's log line after it stored its record
+			// (the record is stamped before), on the clock the new
+			// lifeboats read their start from: a slow machine only
+			// makes it longer.
+			time.Sleep(time.Until(logTime(ranks[1].stderr.String(), "coord.stop_written").Add(time.Second)))
+			const nextGrace = 3 * time.Second
+			next := startRanks(t, url, env, mode, t.TempDir(), world, "--grace", nextGrace.String())
 			waitRanks(t, next, "resumed", func(r *rankRun) bool { _, ok := r.last("resumed"); return ok })
 			for _, r := range next {
 				e, _ := r.last("resumed")
@@ -340,11 +454,16 @@ func TestJobWideStop(t *testing.T) {
 					t.Errorf("rank %d of the next round saw a stop; stderr:\n%s", r.rank, tail(r.stderr.String()))
 				}
 			}
-			start = time.Now()
 			for _, r := range next {
 				r.signal(syscall.SIGTERM)
 			}
-			waitStopped(t, next, start, start.Add(3*time.Second+5*time.Second))
+			waitStopped(t, next, nextGrace)
+			for _, r := range next {
+				stoppedByGrace(t, r, nextGrace)
+				if r.code != 143 {
+					t.Errorf("rank %d of the next round exited %d, want 143; stderr:\n%s", r.rank, r.code, tail(r.stderr.String()))
+				}
+			}
 		})
 	}
 }
@@ -353,7 +472,7 @@ func TestJobWideStop(t *testing.T) {
 // written before the new processes started, does not stop the new run,
 // while a stop in the new run still goes job-wide.
 func TestStaleStopRecord(t *testing.T) {
-	const world = 2
+	const world, grace = 2, 5 * time.Second
 	sk := storeKinds()[1]
 	url, env := sk.url(t), sk.env(t)
 	env = append(env, "LIFEBOAT_COORD_INTERVAL=200ms", "STEP_SECONDS=0.1", "SAVE_EVERY=5")
@@ -366,20 +485,23 @@ func TestStaleStopRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The earlier run's processes stop and exit, and the new ones start.
-	time.Sleep(time.Second)
+	// The earlier run's processes stop and exit, and the new ones start:
+	// a second after the record's stamp by the clock the new lifeboats
+	// read their start from, far past the clock skew allowed, and only
+	// more on a slow machine.
+	time.Sleep(time.Until(old.Written.Add(time.Second)))
 	barrier := t.TempDir()
-	ranks := startRanks(t, url, env, "handler", barrier, world, "--grace", "5s")
+	ranks := startRanks(t, url, env, "handler", barrier, world, "--grace", grace.String())
 	waitRanks(t, ranks, "reached step 15 (seven intervals)", reachedStep(15))
 	for _, r := range ranks {
 		if strings.Contains(r.stderr.String(), "coord.stop_seen") {
 			t.Fatalf("rank %d was stopped by the earlier run's record %s; stderr:\n%s", r.rank, old.ID, tail(r.stderr.String()))
 		}
 	}
-	start := time.Now()
 	ranks[0].signal(syscall.SIGTERM)
-	waitStopped(t, ranks, start, start.Add(5*time.Second+5*time.Second))
+	waitStopped(t, ranks, grace)
 	for _, r := range ranks {
+		stoppedByGrace(t, r, grace)
 		if r.code != 143 {
 			t.Errorf("rank %d exited %d, want 143; stderr:\n%s", r.rank, r.code, tail(r.stderr.String()))
 		}
