@@ -196,7 +196,7 @@ func Verify(ctx context.Context, s storage.Store, step int64, opts VerifyOptions
 
 // verifyManifests reports in rep the revision checked of each rank of g,
 // whose manifests readGroups read, and its missing and bad manifests (one
-// that records another CRC32C for a chunk than an earlier rank's does is
+// that records another CRC32C for a chunk than an earlier entry does is
 // bad). It returns each distinct chunk the manifests name, by SHA-256,
 // with the CRC32C one of them records, and the chunks in the order first
 // named; its error is a failure to check (the store's, ctx's) while
@@ -234,7 +234,7 @@ func verifyManifests(ctx context.Context, s storage.Store, g *stepGroup, rep *Ve
 				case c.CRC32C == "" || had.CRC32C == c.CRC32C:
 					continue
 				case had.CRC32C != "":
-					disagrees = cmp.Or(disagrees, fmt.Sprintf("it records CRC32C %s for chunk %s, an earlier rank's manifest %s", c.CRC32C, chunkKey(c.SHA256), had.CRC32C))
+					disagrees = cmp.Or(disagrees, fmt.Sprintf("it records CRC32C %s for chunk %s, where an earlier entry (of this rank or a lower one) records %s", c.CRC32C, chunkKey(c.SHA256), had.CRC32C))
 					continue
 				}
 				chunks[c.SHA256] = c
