@@ -14,6 +14,25 @@ import (
 	"github.com/lifeboat-project/lifeboat/storage/mem"
 )
 
+// flushAll calls Flushed on every rank at once, rank i publishing
+// newest[i], and returns what each found; an error fails the test.
+func flushAll(t *testing.T, rs []*rank, newest ...int64) []Flushed {
+	t.Helper()
+	got := make([]Flushed, len(rs))
+	var wg sync.WaitGroup
+	for i, r := range rs {
+		wg.Go(func() {
+			f, err := r.Flushed(context.Background(), newest[i], 5*time.Millisecond)
+			if err != nil {
+				t.Errorf("rank %d: %v", i, err)
+			}
+			got[i] = f
+		})
+	}
+	wg.Wait()
+	return got
+}
+
 // TestFlushedEveryRank: three ranks in one job-wide stop, two of which
 // wrote a stop record of their own at the same moment, publish their
 // newest committed steps under the same (lowest) stop id and each learns
@@ -21,19 +40,7 @@ import (
 func TestFlushedEveryRank(t *testing.T) {
 	eachStore(t, func(t *testing.T, inner storage.Store) {
 		rs, _ := twoStopAtOnce(t, inner)
-		newest := []int64{28, 25, 30}
-		got := make([]Flushed, 3)
-		var wg sync.WaitGroup
-		for i, r := range rs {
-			wg.Go(func() {
-				f, err := r.Flushed(context.Background(), newest[i], 5*time.Millisecond)
-				if err != nil {
-					t.Errorf("rank %d: %v", i, err)
-				}
-				got[i] = f
-			})
-		}
-		wg.Wait()
+		got := flushAll(t, rs, 28, 25, 30)
 		for i, f := range got {
 			step, ok := f.Common()
 			if !f.All() || f.Steps[0] != 28 || f.Steps[1] != 25 || f.Steps[2] != 30 || step != 25 || !ok || f.StopID != got[0].StopID {
@@ -91,19 +98,7 @@ func TestFlushedOutlastsAFailedRequest(t *testing.T) {
 	rs := startRanks(t, st, 2, time.Now(), time.Minute, 0, 1)
 	rs[0].Begin("SIGTERM", time.Time{})
 	<-rs[1].Peer()
-	newest := []int64{40, 30}
-	got := make([]Flushed, 2)
-	var wg sync.WaitGroup
-	for i, r := range rs {
-		wg.Go(func() {
-			f, err := r.Flushed(context.Background(), newest[i], 5*time.Millisecond)
-			if err != nil {
-				t.Errorf("rank %d: %v", i, err)
-			}
-			got[i] = f
-		})
-	}
-	wg.Wait()
+	got := flushAll(t, rs, 40, 30)
 	if puts.Load() < 3 || lists.Load() < 2 {
 		t.Fatalf("%d publications and %d listings: the faults were not met", puts.Load(), lists.Load())
 	}
