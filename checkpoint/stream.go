@@ -61,15 +61,21 @@ type keyedSum struct {
 }
 
 // streamedChunks is what streams of an Uploader stored: each chunk's
-// SHA-256 by the keyed hash of its bytes, and at which offsets of which
+// SHA-256 and CRC32C by the keyed hash of its bytes, and at which offsets of which
 // files (by device and inode) they were read, so that an upload spends a
 // keyed hash only on the chunks a stream may have stored.
 type streamedChunks struct {
 	once sync.Once
 	seed maphash.Seed
 	mu   sync.Mutex
-	sums map[keyedSum]string
+	sums map[keyedSum]streamedSums
 	at   map[[2]uint64]map[int64]bool
+}
+
+// streamedSums are a streamed chunk's checksums, computed when it was read.
+type streamedSums struct {
+	sha256 string
+	crc32c uint32
 }
 
 func (s *streamedChunks) init() {
@@ -82,18 +88,18 @@ func (s *streamedChunks) keyed(b []byte) keyedSum {
 	return keyedSum{maphash.Bytes(s.seed, b), len(b)}
 }
 
-// add records that the chunk with keyed hash k and SHA-256 sum, read at
-// off of the file id, is stored; false when the table is full.
-func (s *streamedChunks) add(id [2]uint64, off int64, k keyedSum, sum string) bool {
+// add records that the chunk with keyed hash k and checksums sums, read
+// at off of the file id, is stored; false when the table is full.
+func (s *streamedChunks) add(id [2]uint64, off int64, k keyedSum, sums streamedSums) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sums == nil {
-		s.sums, s.at = map[keyedSum]string{}, map[[2]uint64]map[int64]bool{}
+		s.sums, s.at = map[keyedSum]streamedSums{}, map[[2]uint64]map[int64]bool{}
 	}
 	if len(s.sums) >= maxStreamed {
 		return false
 	}
-	s.sums[k] = sum
+	s.sums[k] = sums
 	if s.at[id] == nil {
 		s.at[id] = map[int64]bool{}
 	}
@@ -109,13 +115,14 @@ func (s *streamedChunks) readAt(id [2]uint64, off int64) bool {
 	return s.at[id][off]
 }
 
-// lookup returns the SHA-256 of the streamed chunk with the bytes of b.
-func (s *streamedChunks) lookup(b []byte) (string, bool) {
+// lookup returns the SHA-256 and CRC32C of the streamed chunk with the
+// bytes of b.
+func (s *streamedChunks) lookup(b []byte) (sum string, crc uint32, ok bool) {
 	k := s.keyed(b)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sum, ok := s.sums[k]
-	return sum, ok
+	sums, ok := s.sums[k]
+	return sums.sha256, sums.crc32c, ok
 }
 
 // StreamResult reports what a Stream did.
@@ -214,7 +221,7 @@ func (u *Uploader) Stream(ctx context.Context, dir string, stop <-chan struct{},
 			mu.Unlock()
 			uploaded = true
 		}
-		if !u.streamed.add(id, off, k, sum) {
+		if !u.streamed.add(id, off, k, streamedSums{sum, crc}) {
 			return
 		}
 		mu.Lock()

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"log/slog"
 	"maps"
 	"os"
@@ -645,20 +644,18 @@ func (run *uploadRun) manifest() *Manifest {
 
 // storeChunk hashes job's bytes and Puts them unless skip(sum, crc) says
 // the store holds them already; done reports which happened, and whether
-// a Stream had stored these bytes (their SHA-256 is then the one it
-// recorded under their keyed hash, and is not computed again; their
-// CRC32C, for the manifest, is). Only a chunk a Stream read at the same
-// offset of the same file (tryStreamed) is looked up.
+// a Stream had stored these bytes (their SHA-256 and CRC32C are then the
+// ones it recorded under their keyed hash, and are not computed again).
+// Only a chunk a Stream read at the same offset of the same file
+// (tryStreamed) is looked up.
 func (u *Uploader) storeChunk(ctx context.Context, job uploadJob, tryStreamed bool, skip func(sum string, crc uint32) bool, done func(uploaded, streamed bool)) error {
 	var sum string
 	var crc uint32
 	var streamed bool
 	if tryStreamed {
-		sum, streamed = u.streamed.lookup(job.buf)
+		sum, crc, streamed = u.streamed.lookup(job.buf)
 	}
-	if streamed {
-		crc = crc32.Checksum(job.buf, storage.CRC32CTable)
-	} else {
+	if !streamed {
 		sum, crc = storage.Checksums(job.buf)
 	}
 	if skip(sum, crc) {
