@@ -98,7 +98,8 @@ func (c *Coordinator) Flushed(ctx context.Context, step int64, poll time.Duratio
 	until := c.cfg.Now().Add(c.cfg.StepWait)
 	prefix := StepsPrefix + id + "/"
 	var published, listed bool
-	var failed error // the last request's failure
+	var failed error // the last failed request's error
+wait:
 	for {
 		if !published {
 			rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
@@ -118,19 +119,17 @@ func (c *Coordinator) Flushed(ctx context.Context, step int64, poll time.Duratio
 			})
 			cancel()
 			if err == nil {
-				listed, failed = true, nil
+				listed = true
 			} else {
 				failed = fmt.Errorf("coord: list %s: %w", prefix, err)
 			}
 		}
-		if listed && f.All() {
-			return f, nil
-		}
-		if !c.cfg.Now().Before(until) || ctx.Err() != nil {
+		if listed && f.All() || !c.cfg.Now().Before(until) {
 			break
 		}
 		select {
 		case <-ctx.Done():
+			break wait
 		case <-time.After(poll):
 		}
 	}
